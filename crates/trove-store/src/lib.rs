@@ -1,1 +1,27 @@
-//! Storage tiers.
+//! trove's storage tiers.
+//!
+//! Today: the memory tier. A [`MemoryStore`] holds [`Object`]s (a response head plus a
+//! [`Body`]) under a byte budget, split into shards so two cores rarely contend on one lock.
+//! Which object leaves when the budget is reached is decided by a swappable [`Eviction`]
+//! policy; trove ships [`Lru`] and [`S3Fifo`] so the server and the simulator share one
+//! implementation and can be measured against each other.
+//!
+//! Bodies are shared buffers that readers may follow while the writer is still appending
+//! (read-while-write): a miss is stored as it streams in and every client waiting for the same
+//! object is fed from the same bytes.
+//!
+//! Dependencies: `bytes` for cheaply cloneable body chunks (the same type hyper and tokio use,
+//! so a hit is written to the socket without copying), `parking_lot` for small uncontended
+//! locks, `tokio::sync::Notify` to wake readers, `http` for the stored head's types.
+//! The eviction policies are written here by hand: they are the product's core and the
+//! simulator must run exactly this code.
+
+mod body;
+mod eviction;
+mod memory;
+mod object;
+
+pub use body::{Body, BodyError, BodyReader};
+pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
+pub use memory::{MemoryStore, StoreStats};
+pub use object::{Object, ObjectHead};

@@ -1,0 +1,320 @@
+//! Eviction policies: which object leaves when a byte budget is reached.
+//!
+//! A policy only sees object ids and sizes, never keys or bodies, so the memory tier, the
+//! disk tier and the simulator drive the same code. Two are provided:
+//!
+//! - [`Lru`]: least recently used, the classic baseline.
+//! - [`S3Fifo`]: Yang et al., "FIFO queues are all you need for cache eviction" (SOSP '23).
+//!   A small FIFO admits new objects; those touched again while there move to the main FIFO,
+//!   the rest leave and are remembered in a ghost queue so a quick return goes straight to
+//!   main. It resists one-hit wonders (most of a proxy's misses) better than LRU and needs no
+//!   list surgery on a hit, only a counter bump.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+/// A byte-budgeted eviction policy over object ids.
+pub trait Eviction: Send {
+    /// An object entered the cache. `fingerprint` identifies its content across
+    /// re-insertions (a hash of its key), so a policy may remember objects it evicted.
+    fn insert(&mut self, id: u64, fingerprint: u64, size: u64);
+    /// An object was served.
+    fn touch(&mut self, id: u64);
+    /// An object left the cache for another reason (replaced, invalidated).
+    fn remove(&mut self, id: u64);
+    /// Chooses the next object to evict and forgets it; `None` when empty.
+    fn victim(&mut self) -> Option<u64>;
+    /// A short name for reports.
+    fn name(&self) -> &'static str;
+}
+
+/// The policies trove knows, by name (config files and the simulator use these names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvictionKind {
+    Lru,
+    #[default]
+    S3Fifo,
+}
+
+impl EvictionKind {
+    /// Parses `lru` or `s3-fifo`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "lru" => Some(EvictionKind::Lru),
+            "s3-fifo" | "s3fifo" => Some(EvictionKind::S3Fifo),
+            _ => None,
+        }
+    }
+
+    /// The config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionKind::Lru => "lru",
+            EvictionKind::S3Fifo => "s3-fifo",
+        }
+    }
+
+    /// A new policy for a cache of `capacity` bytes.
+    pub fn build(self, capacity: u64) -> Box<dyn Eviction> {
+        match self {
+            EvictionKind::Lru => Box::new(Lru::default()),
+            EvictionKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
+        }
+    }
+}
+
+/// Least recently used.
+#[derive(Debug, Default)]
+pub struct Lru {
+    tick: u64,
+    last_use: HashMap<u64, u64>,
+    by_age: BTreeMap<u64, u64>,
+}
+
+impl Eviction for Lru {
+    fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
+        self.remove(id);
+        self.tick += 1;
+        self.last_use.insert(id, self.tick);
+        self.by_age.insert(self.tick, id);
+    }
+
+    fn touch(&mut self, id: u64) {
+        if let Some(t) = self.last_use.get_mut(&id) {
+            self.by_age.remove(t);
+            self.tick += 1;
+            *t = self.tick;
+            self.by_age.insert(self.tick, id);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(t) = self.last_use.remove(&id) {
+            self.by_age.remove(&t);
+        }
+    }
+
+    fn victim(&mut self) -> Option<u64> {
+        let (_, id) = self.by_age.pop_first()?;
+        self.last_use.remove(&id);
+        Some(id)
+    }
+
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    Small,
+    Main,
+}
+
+#[derive(Debug)]
+struct Meta {
+    size: u64,
+    freq: u8,
+    queue: Queue,
+}
+
+/// S3-FIFO (see the module docs). Removal from the middle of a queue is lazy: the id stays
+/// in the queue and is skipped when it reaches the tail.
+#[derive(Debug)]
+pub struct S3Fifo {
+    small_target: u64,
+    small_bytes: u64,
+    small: VecDeque<u64>,
+    main: VecDeque<u64>,
+    meta: HashMap<u64, Meta>,
+    ghost: VecDeque<u64>,
+    ghost_set: HashSet<u64>,
+    ghost_limit: usize,
+    /// Ghosts remember evicted objects by fingerprint: a re-fetched object gets a new id.
+    fingerprints: HashMap<u64, u64>,
+}
+
+impl S3Fifo {
+    /// A policy for `capacity` bytes: 10% small queue, as in the paper.
+    pub fn new(capacity: u64) -> Self {
+        S3Fifo {
+            small_target: (capacity / 10).max(1),
+            small_bytes: 0,
+            small: VecDeque::new(),
+            main: VecDeque::new(),
+            meta: HashMap::new(),
+            ghost: VecDeque::new(),
+            ghost_set: HashSet::new(),
+            ghost_limit: 4096,
+            fingerprints: HashMap::new(),
+        }
+    }
+
+    /// An object whose fingerprint is still in the ghost queue goes straight to main.
+    fn insert_keyed(&mut self, id: u64, fingerprint: u64, size: u64) {
+        self.remove(id);
+        let queue = if self.ghost_set.remove(&fingerprint) {
+            self.main.push_back(id);
+            Queue::Main
+        } else {
+            self.small.push_back(id);
+            self.small_bytes += size;
+            Queue::Small
+        };
+        self.fingerprints.insert(id, fingerprint);
+        self.meta.insert(
+            id,
+            Meta {
+                size,
+                freq: 0,
+                queue,
+            },
+        );
+    }
+
+    fn remember_ghost(&mut self, id: u64) {
+        if let Some(fp) = self.fingerprints.remove(&id) {
+            if self.ghost_set.insert(fp) {
+                self.ghost.push_back(fp);
+            }
+            // Ghost size is bounded by count, roughly the number of objects in main.
+            self.ghost_limit = self.ghost_limit.max(self.meta.len());
+            while self.ghost.len() > self.ghost_limit {
+                if let Some(old) = self.ghost.pop_front() {
+                    self.ghost_set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn evict_small(&mut self) -> Option<u64> {
+        while let Some(id) = self.small.pop_front() {
+            let Some(m) = self.meta.get_mut(&id) else {
+                continue;
+            };
+            if m.queue != Queue::Small {
+                continue;
+            }
+            self.small_bytes = self.small_bytes.saturating_sub(m.size);
+            if m.freq > 0 {
+                m.freq = 0;
+                m.queue = Queue::Main;
+                self.main.push_back(id);
+                continue;
+            }
+            self.meta.remove(&id);
+            self.remember_ghost(id);
+            return Some(id);
+        }
+        None
+    }
+
+    fn evict_main(&mut self) -> Option<u64> {
+        while let Some(id) = self.main.pop_front() {
+            let Some(m) = self.meta.get_mut(&id) else {
+                continue;
+            };
+            if m.queue != Queue::Main {
+                continue;
+            }
+            if m.freq > 0 {
+                m.freq -= 1;
+                self.main.push_back(id);
+                continue;
+            }
+            self.meta.remove(&id);
+            self.fingerprints.remove(&id);
+            return Some(id);
+        }
+        None
+    }
+}
+
+impl Eviction for S3Fifo {
+    fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
+        self.insert_keyed(id, fingerprint, size);
+    }
+
+    fn touch(&mut self, id: u64) {
+        if let Some(m) = self.meta.get_mut(&id) {
+            m.freq = (m.freq + 1).min(3);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(m) = self.meta.remove(&id) {
+            if m.queue == Queue::Small {
+                self.small_bytes = self.small_bytes.saturating_sub(m.size);
+            }
+            self.fingerprints.remove(&id);
+        }
+    }
+
+    fn victim(&mut self) -> Option<u64> {
+        if self.small_bytes >= self.small_target || self.main.is_empty() {
+            if let Some(id) = self.evict_small() {
+                return Some(id);
+            }
+        }
+        self.evict_main().or_else(|| self.evict_small())
+    }
+
+    fn name(&self) -> &'static str {
+        "s3-fifo"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut p = Lru::default();
+        p.insert(1, 1, 10);
+        p.insert(2, 2, 10);
+        p.insert(3, 3, 10);
+        p.touch(1);
+        assert_eq!(p.victim(), Some(2));
+        assert_eq!(p.victim(), Some(3));
+        assert_eq!(p.victim(), Some(1));
+        assert_eq!(p.victim(), None);
+    }
+
+    #[test]
+    fn s3fifo_evicts_one_hit_wonders_before_reused_objects() {
+        let mut p = S3Fifo::new(100);
+        p.insert(1, 1, 10);
+        p.touch(1);
+        for id in 2..6 {
+            p.insert(id, id, 10);
+        }
+        // 1 was touched while in small, so it is promoted; 2 is the first cold victim.
+        assert_eq!(p.victim(), Some(2));
+        assert_eq!(p.victim(), Some(3));
+    }
+
+    #[test]
+    fn s3fifo_ghost_hit_goes_to_main() {
+        let mut p = S3Fifo::new(100);
+        p.insert(1, 77, 10);
+        assert_eq!(p.victim(), Some(1));
+        p.insert(2, 77, 10);
+        p.insert(3, 78, 10);
+        // 2 came back from the ghost queue into main; small (3) is evicted first while main
+        // holds only returning objects.
+        assert_eq!(p.victim(), Some(3));
+        assert_eq!(p.victim(), Some(2));
+    }
+
+    #[test]
+    fn removed_ids_are_never_victims() {
+        for kind in [EvictionKind::Lru, EvictionKind::S3Fifo] {
+            let mut p = kind.build(100);
+            p.insert(1, 1, 10);
+            p.insert(2, 2, 10);
+            p.remove(1);
+            assert_eq!(p.victim(), Some(2), "{}", p.name());
+            assert_eq!(p.victim(), None, "{}", p.name());
+        }
+    }
+}

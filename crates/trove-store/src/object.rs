@@ -1,0 +1,62 @@
+//! A stored response: an immutable head and a shared body.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::{HeaderMap, StatusCode};
+
+use crate::body::Body;
+
+/// The stored response head and what the caching rules need to judge it later.
+#[derive(Debug, Clone)]
+pub struct ObjectHead {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// The request header fields the response varies on, as sent with the request that
+    /// produced it (RFC 9111 §4.1 compares new requests against these).
+    pub request_headers: HeaderMap,
+    /// When the request that produced this response was sent (RFC 9111 §4.2.3 `request_time`).
+    pub request_time: SystemTime,
+    /// When the response was received (`response_time`).
+    pub response_time: SystemTime,
+}
+
+/// One stored response: the primary key (the normalised URI), the variant key (the
+/// normalised values of the fields named by `Vary`), the head and the body.
+///
+/// Objects are immutable; freshening a stored response after a 304 inserts a new `Object`
+/// sharing the same [`Body`].
+#[derive(Debug)]
+pub struct Object {
+    pub key: String,
+    pub variant: String,
+    pub head: ObjectHead,
+    pub body: Arc<Body>,
+    pub(crate) id: u64,
+}
+
+impl Object {
+    /// Builds an object; the store gives it an id on insertion.
+    pub fn new(key: String, variant: String, head: ObjectHead, body: Arc<Body>) -> Self {
+        Object {
+            key,
+            variant,
+            head,
+            body,
+            id: 0,
+        }
+    }
+
+    /// Bytes this object is charged against the budget: header bytes plus body bytes
+    /// (the declared length while the body is still arriving).
+    pub fn charge(&self) -> u64 {
+        let head: usize = self
+            .head
+            .headers
+            .iter()
+            .chain(self.head.request_headers.iter())
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum();
+        head as u64 + 64 + self.key.len() as u64 + self.variant.len() as u64 + self.body.charge()
+    }
+}
