@@ -1,0 +1,222 @@
+//! Field-value plumbing shared by the other modules: combining field lines,
+//! splitting comma lists without breaking quoted strings, delta-seconds and
+//! HTTP-date parsing.
+//!
+//! Every function here accepts arbitrary bytes from the network and returns
+//! `None` (or skips the member) instead of panicking.
+
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderName};
+
+/// The largest delta-seconds value a cache needs to represent (RFC 9111
+/// §1.2.2): larger values, and overflowing calculations, become 2^31.
+pub const DELTA_SECONDS_MAX: u64 = 2_147_483_648;
+
+/// All field lines of `name` joined with ", " (RFC 9110 §5.3), or `None` when
+/// the field is absent. Bytes that are not UTF-8 are replaced, which can only
+/// make a directive unrecognisable, never invent one.
+pub(crate) fn combined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let mut out: Option<String> = None;
+    for value in headers.get_all(name) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        match out.as_mut() {
+            Some(s) => {
+                s.push_str(", ");
+                s.push_str(&text);
+            }
+            None => out = Some(text.into_owned()),
+        }
+    }
+    out
+}
+
+/// Splits a `#list` (RFC 9110 §5.6.1) on commas that are outside quoted
+/// strings, trims optional whitespace and drops empty members.
+pub(crate) fn split_list(s: &str) -> Vec<&str> {
+    let mut members = Vec::new();
+    let mut start = 0;
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if in_quotes {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_quotes = false;
+            }
+        } else if c == '"' {
+            in_quotes = true;
+        } else if c == ',' {
+            push_member(&mut members, &s[start..i]);
+            start = i + 1;
+        }
+    }
+    push_member(&mut members, &s[start..]);
+    members
+}
+
+fn push_member<'a>(members: &mut Vec<&'a str>, raw: &'a str) {
+    let trimmed = trim_ows(raw);
+    if !trimmed.is_empty() {
+        members.push(trimmed);
+    }
+}
+
+/// Trims optional whitespace (SP and HTAB, RFC 9110 §5.6.3).
+pub(crate) fn trim_ows(s: &str) -> &str {
+    s.trim_matches(|c| c == ' ' || c == '\t')
+}
+
+/// Removes one level of quoted-string quoting (RFC 9110 §5.6.4), undoing
+/// quoted-pairs. Returns `None` for an unterminated quoted string.
+pub(crate) fn unquote(s: &str) -> Option<String> {
+    let Some(inner) = s.strip_prefix('"') else {
+        return Some(s.to_owned());
+    };
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '"' => {
+                // Anything after the closing quote makes the value malformed.
+                return if chars.as_str().is_empty() {
+                    Some(out)
+                } else {
+                    None
+                };
+            }
+            other => out.push(other),
+        }
+    }
+    None
+}
+
+/// `tchar` from RFC 9110 §5.6.2.
+pub(crate) fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// True when `s` is a non-empty `token` (RFC 9110 §5.6.2).
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(is_tchar)
+}
+
+/// Parses `delta-seconds` (RFC 9111 §1.2.2): one or more ASCII digits, no sign,
+/// no whitespace. Values too large saturate at [`DELTA_SECONDS_MAX`].
+pub fn parse_delta_seconds(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for b in s.bytes() {
+        value = value.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+        if value >= DELTA_SECONDS_MAX {
+            return Some(DELTA_SECONDS_MAX);
+        }
+    }
+    Some(value)
+}
+
+/// Parses an HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, and the obsolete
+/// RFC 850 and asctime forms recipients must accept). Leading and trailing
+/// whitespace is tolerated; anything else that is not a date gives `None`.
+pub fn parse_http_date(s: &str) -> Option<SystemTime> {
+    httpdate::parse_http_date(trim_ows(s)).ok()
+}
+
+/// The HTTP-date in the single field line of `name`. Several lines, or a
+/// value that is not a date, give `None`: the field is treated as invalid.
+pub(crate) fn date_field(headers: &HeaderMap, name: &HeaderName) -> Option<SystemTime> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    parse_http_date(first.to_str().ok()?)
+}
+
+/// Formats a time as an IMF-fixdate.
+pub fn format_http_date(t: SystemTime) -> String {
+    httpdate::fmt_http_date(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn list_split_respects_quotes_and_drops_empty_members_9110_5_6_1() {
+        assert_eq!(
+            split_list(r#" a , ,b="x, y",, c=\"d "#),
+            vec!["a", r#"b="x, y""#, r#"c=\"d"#]
+        );
+        assert!(split_list("").is_empty());
+        assert!(split_list(" , ,").is_empty());
+    }
+
+    #[test]
+    fn unquote_handles_quoted_pairs_and_rejects_unterminated_9110_5_6_4() {
+        assert_eq!(unquote(r#""a\"b""#).as_deref(), Some("a\"b"));
+        assert_eq!(unquote("plain").as_deref(), Some("plain"));
+        assert_eq!(unquote("\"open"), None);
+        assert_eq!(unquote("\"a\"b"), None);
+        assert_eq!(unquote("\"a\\"), None);
+    }
+
+    #[test]
+    fn delta_seconds_saturates_at_2_pow_31_9111_1_2_2() {
+        assert_eq!(parse_delta_seconds("0"), Some(0));
+        assert_eq!(parse_delta_seconds("0042"), Some(42));
+        assert_eq!(parse_delta_seconds("2147483647"), Some(2_147_483_647));
+        assert_eq!(parse_delta_seconds("2147483648"), Some(DELTA_SECONDS_MAX));
+        assert_eq!(
+            parse_delta_seconds("99999999999999999999999999999"),
+            Some(DELTA_SECONDS_MAX)
+        );
+        for bad in ["", "-1", "+1", "1.5", " 1", "1 ", "0x10", "１"] {
+            assert_eq!(parse_delta_seconds(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn all_three_date_formats_are_accepted_9110_5_6_7() {
+        let imf = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT");
+        assert!(imf.is_some());
+        assert_eq!(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"), imf);
+        assert_eq!(parse_http_date("Sun Nov  6 08:49:37 1994"), imf);
+        for bad in ["", "0", "-1", "yesterday", "Sun, 06 Nov 1994 25:49:37 GMT"] {
+            assert_eq!(parse_http_date(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn date_field_with_several_lines_is_invalid() {
+        let mut h = HeaderMap::new();
+        let name = http::header::DATE;
+        h.append(
+            &name,
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        assert!(date_field(&h, &name).is_some());
+        h.append(
+            &name,
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:38 GMT"),
+        );
+        assert_eq!(date_field(&h, &name), None);
+    }
+
+    #[test]
+    fn combined_joins_lines_and_survives_non_utf8() {
+        let mut h = HeaderMap::new();
+        let name = http::header::CACHE_CONTROL;
+        assert_eq!(combined(&h, &name), None);
+        h.append(&name, HeaderValue::from_static("a"));
+        h.append(&name, HeaderValue::from_bytes(b"b\xff").unwrap());
+        assert_eq!(combined(&h, &name).as_deref(), Some("a, b\u{fffd}"));
+    }
+}

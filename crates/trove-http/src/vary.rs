@@ -1,0 +1,334 @@
+//! `Vary` (RFC 9110 §12.5.5) and secondary-key matching (RFC 9111 §4.1).
+//!
+//! Field values are normalised before comparison so that requests differing
+//! only in ways §4.1 allows still match: several field lines are combined
+//! with ", ", whitespace next to `,` and `;` (outside quoted strings) and
+//! empty list members are removed, and fields whose values are
+//! case-insensitive (`Accept-Encoding`, `Accept-Charset`, `Accept-Language`)
+//! are lowercased. Members are never reordered: order carries preference.
+
+use http::{header, HeaderMap, HeaderName};
+
+use crate::field::{combined, is_token, split_list};
+
+/// The selecting header fields of a stored response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Vary {
+    /// `Vary: *` (or an unparseable member): never matches (§4.1).
+    Star,
+    /// The named request fields, lowercase, sorted and deduplicated. Empty
+    /// when the response has no `Vary`.
+    Fields(Vec<HeaderName>),
+}
+
+impl Vary {
+    /// Parses and merges all `Vary` field lines of a response.
+    pub fn from_headers(resp_headers: &HeaderMap) -> Vary {
+        let Some(value) = combined(resp_headers, &header::VARY) else {
+            return Vary::Fields(Vec::new());
+        };
+        let mut names = Vec::new();
+        for member in split_list(&value) {
+            if member == "*" || !is_token(member) {
+                // A name we cannot read could select anything; matching
+                // nothing is the only safe reading.
+                return Vary::Star;
+            }
+            match HeaderName::from_bytes(member.as_bytes()) {
+                Ok(n) => names.push(n),
+                Err(_) => return Vary::Star,
+            }
+        }
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names.dedup();
+        Vary::Fields(names)
+    }
+
+    /// True when the response does not vary at all.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Vary::Fields(f) if f.is_empty())
+    }
+}
+
+/// True when a stored response whose `Vary` is `vary`, and whose request
+/// carried `stored_req`, may be used for `new_req` (RFC 9111 §4.1). A field
+/// absent in one request matches only if absent in the other.
+pub fn vary_matches(vary: &Vary, stored_req: &HeaderMap, new_req: &HeaderMap) -> bool {
+    match vary {
+        Vary::Star => false,
+        Vary::Fields(names) => names
+            .iter()
+            .all(|n| normalised(stored_req, n) == normalised(new_req, n)),
+    }
+}
+
+/// A canonical string of the normalised selecting fields of `req`, so a
+/// store can index variants: two requests that [`vary_matches`] considers
+/// equal get the same key, and different keys mean no match. Empty when the
+/// response does not vary. Bytes outside printable ASCII are %-escaped.
+pub fn variant_key(vary: &Vary, req: &HeaderMap) -> String {
+    let names = match vary {
+        Vary::Star => return "*".to_owned(),
+        Vary::Fields(names) => names,
+    };
+    let mut key = String::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            key.push('\n');
+        }
+        key.push_str(name.as_str());
+        match normalised(req, name) {
+            None => key.push('!'),
+            Some(value) => {
+                key.push(':');
+                for b in value {
+                    if (0x21..=0x7e).contains(&b) && b != b'%' {
+                        key.push(char::from(b));
+                    } else {
+                        key.push_str(&format!("%{b:02X}"));
+                    }
+                }
+            }
+        }
+    }
+    key
+}
+
+fn case_insensitive(name: &HeaderName) -> bool {
+    *name == header::ACCEPT_ENCODING
+        || *name == header::ACCEPT_CHARSET
+        || *name == header::ACCEPT_LANGUAGE
+}
+
+/// The normalised value of `name` in `req`, or `None` when absent.
+pub fn normalised(req: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+    let mut lines = req.get_all(name).iter().peekable();
+    lines.peek()?;
+    let mut joined: Vec<u8> = Vec::new();
+    for (i, line) in lines.enumerate() {
+        if i > 0 {
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(line.as_bytes());
+    }
+    let lower = case_insensitive(name);
+    let mut members: Vec<Vec<u8>> = Vec::new();
+    let mut current: Vec<u8> = Vec::new();
+    let (mut in_quotes, mut escaped, mut after_semicolon) = (false, false, false);
+    for b in joined {
+        if in_quotes {
+            current.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_quotes = false;
+            }
+            continue;
+        }
+        match b {
+            b',' => {
+                finish_member(&mut members, &mut current);
+                after_semicolon = false;
+            }
+            b' ' | b'\t' if current.is_empty() || after_semicolon => {}
+            b';' => {
+                trim_trailing_ws(&mut current);
+                current.push(b';');
+                after_semicolon = true;
+            }
+            _ => {
+                after_semicolon = false;
+                if b == b'"' {
+                    in_quotes = true;
+                }
+                current.push(if lower { b.to_ascii_lowercase() } else { b });
+            }
+        }
+    }
+    finish_member(&mut members, &mut current);
+    Some(members.join(&b","[..]))
+}
+
+fn trim_trailing_ws(v: &mut Vec<u8>) {
+    while matches!(v.last(), Some(b' ' | b'\t')) {
+        v.pop();
+    }
+}
+
+fn finish_member(members: &mut Vec<Vec<u8>>, current: &mut Vec<u8>) {
+    trim_trailing_ws(current);
+    if !current.is_empty() {
+        members.push(std::mem::take(current));
+    }
+    current.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn h(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (n, v) in pairs {
+            m.append(
+                HeaderName::from_bytes(n.as_bytes()).expect("name"),
+                HeaderValue::from_bytes(v).expect("value"),
+            );
+        }
+        m
+    }
+
+    fn vary(v: &'static str) -> Vary {
+        let mut m = HeaderMap::new();
+        m.insert(header::VARY, HeaderValue::from_static(v));
+        Vary::from_headers(&m)
+    }
+
+    #[test]
+    fn vary_star_never_matches_9111_4_1() {
+        assert_eq!(vary("*"), Vary::Star);
+        assert_eq!(vary("Accept, *"), Vary::Star);
+        assert!(!vary_matches(&Vary::Star, &h(&[]), &h(&[])));
+    }
+
+    #[test]
+    fn vary_names_are_lowercased_merged_and_deduplicated_9110_12_5_5() {
+        let mut m = HeaderMap::new();
+        m.append(
+            header::VARY,
+            HeaderValue::from_static("Accept-Encoding, User-Agent"),
+        );
+        m.append(
+            header::VARY,
+            HeaderValue::from_static("accept-encoding,,Accept"),
+        );
+        assert_eq!(
+            Vary::from_headers(&m),
+            Vary::Fields(vec![
+                header::ACCEPT,
+                header::ACCEPT_ENCODING,
+                header::USER_AGENT
+            ])
+        );
+        assert!(Vary::from_headers(&HeaderMap::new()).is_empty());
+        assert!(vary(" , ").is_empty());
+    }
+
+    #[test]
+    fn unparseable_vary_member_is_treated_as_star() {
+        assert_eq!(vary("accept, bad name"), Vary::Star);
+        assert_eq!(vary("\"quoted\""), Vary::Star);
+    }
+
+    #[test]
+    fn no_vary_always_matches_9111_4_1() {
+        let v = vary("");
+        assert!(vary_matches(
+            &v,
+            &h(&[("accept", b"a")]),
+            &h(&[("accept", b"b")])
+        ));
+    }
+
+    #[test]
+    fn selecting_fields_must_match_9111_4_1() {
+        let v = vary("Accept-Encoding");
+        let gzip = h(&[("accept-encoding", b"gzip")]);
+        let br = h(&[("accept-encoding", b"br")]);
+        assert!(vary_matches(&v, &gzip, &gzip));
+        assert!(!vary_matches(&v, &gzip, &br));
+    }
+
+    #[test]
+    fn absent_field_matches_only_absent_field_9111_4_1() {
+        let v = vary("accept-language");
+        let none = h(&[]);
+        let empty = h(&[("accept-language", b"")]);
+        assert!(vary_matches(&v, &none, &none));
+        assert!(!vary_matches(&v, &none, &empty));
+        assert!(!vary_matches(&v, &none, &h(&[("accept-language", b"en")])));
+    }
+
+    #[test]
+    fn whitespace_and_line_combination_are_normalised_9111_4_1() {
+        let v = vary("Accept-Encoding, Accept");
+        let a = h(&[
+            ("accept-encoding", b"gzip,  deflate ; q=0.5"),
+            ("accept", b"text/html"),
+        ]);
+        let b = h(&[
+            ("accept-encoding", b" gzip"),
+            ("accept-encoding", b"deflate;q=0.5 "),
+            ("accept", b"text/html"),
+        ]);
+        assert!(vary_matches(&v, &a, &b));
+        assert_eq!(variant_key(&v, &a), variant_key(&v, &b));
+    }
+
+    #[test]
+    fn case_insensitive_fields_are_case_normalised_9111_4_1() {
+        let v = vary("Accept-Encoding");
+        assert!(vary_matches(
+            &v,
+            &h(&[("accept-encoding", b"GZIP, Br")]),
+            &h(&[("accept-encoding", b"gzip, br")])
+        ));
+        // Order is significant and is not normalised away.
+        assert!(!vary_matches(
+            &v,
+            &h(&[("accept-encoding", b"br, gzip")]),
+            &h(&[("accept-encoding", b"gzip, br")])
+        ));
+        // Other fields stay case-sensitive.
+        let ua = vary("User-Agent");
+        assert!(!vary_matches(
+            &ua,
+            &h(&[("user-agent", b"A")]),
+            &h(&[("user-agent", b"a")])
+        ));
+    }
+
+    #[test]
+    fn quoted_strings_are_not_normalised() {
+        let v = vary("X-Custom");
+        assert!(!vary_matches(
+            &v,
+            &h(&[("x-custom", b"a=\"x , y\"")]),
+            &h(&[("x-custom", b"a=\"x,y\"")])
+        ));
+        // Unbalanced quotes do not panic.
+        assert!(vary_matches(
+            &v,
+            &h(&[("x-custom", b"\"a\\")]),
+            &h(&[("x-custom", b"\"a\\")])
+        ));
+    }
+
+    #[test]
+    fn variant_key_distinguishes_absent_empty_and_values() {
+        let v = vary("accept-encoding, accept-language");
+        let absent = variant_key(&v, &h(&[]));
+        let empty = variant_key(&v, &h(&[("accept-encoding", b"")]));
+        let gzip = variant_key(&v, &h(&[("accept-encoding", b"gzip")]));
+        assert_eq!(absent, "accept-encoding!\naccept-language!");
+        assert_eq!(empty, "accept-encoding:\naccept-language!");
+        assert_eq!(gzip, "accept-encoding:gzip\naccept-language!");
+        assert_eq!(variant_key(&vary(""), &h(&[("accept", b"x")])), "");
+    }
+
+    #[test]
+    fn variant_key_escapes_non_ascii_without_collisions() {
+        let v = vary("x-a");
+        let a = variant_key(&v, &h(&[("x-a", b"\xff")]));
+        let b = variant_key(&v, &h(&[("x-a", b"\xfe")]));
+        let c = variant_key(&v, &h(&[("x-a", b"%FF")]));
+        assert_eq!(a, "x-a:%FF");
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        let spaced = variant_key(&v, &h(&[("x-a", b"a b")]));
+        assert_eq!(spaced, "x-a:a%20b");
+    }
+}
