@@ -33,13 +33,16 @@
 //! [`vary::variant_key`].
 
 pub mod cache_control;
+pub mod connection;
 pub mod etag;
 pub mod field;
 pub mod freshness;
 pub mod policy;
+pub mod preconditions;
 pub mod reuse;
 mod sf;
 pub mod storable;
+pub mod validation;
 pub mod vary;
 
 pub use cache_control::{CacheControl, FieldList};

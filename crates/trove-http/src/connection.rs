@@ -1,0 +1,70 @@
+//! Connection-specific header fields, which a cache must not store
+//! (RFC 9111 §3.1) or copy from a 304 into a stored response (§3.2), and
+//! which an intermediary removes before forwarding (RFC 9110 §7.6.1).
+
+use http::{header, HeaderMap, HeaderName};
+
+use crate::field::{combined, split_list};
+
+/// Fields that are always connection-specific (RFC 9110 §7.6.1), plus
+/// `Connection` itself.
+pub const ALWAYS_CONNECTION_SPECIFIC: [&str; 6] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The connection-specific field names of a message: the fixed list plus
+/// every field named in its `Connection` header.
+pub fn connection_fields(headers: &HeaderMap) -> Vec<HeaderName> {
+    let mut names: Vec<HeaderName> = ALWAYS_CONNECTION_SPECIFIC
+        .iter()
+        .map(|n| HeaderName::from_static(n))
+        .collect();
+    if let Some(value) = combined(headers, &header::CONNECTION) {
+        for option in split_list(&value) {
+            if let Ok(name) = HeaderName::from_bytes(option.as_bytes()) {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Removes the connection-specific fields from `headers`.
+pub fn strip_connection_fields(headers: &mut HeaderMap) {
+    for name in connection_fields(headers) {
+        headers.remove(&name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn connection_options_and_fixed_fields_are_removed_9110_7_6_1() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, X-Hop, bad name"),
+        );
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        strip_connection_fields(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::CONTENT_TYPE));
+    }
+}
