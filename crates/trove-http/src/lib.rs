@@ -39,6 +39,7 @@ pub mod field;
 pub mod freshness;
 pub mod policy;
 pub mod preconditions;
+pub mod range;
 pub mod reuse;
 mod sf;
 pub mod storable;
