@@ -1,0 +1,92 @@
+//! The instrument tested against itself over loopback: no proxy, a toy caching proxy, and a toy
+//! proxy that corrupts one body byte.
+
+mod support;
+
+use clap::Parser;
+use trove_bench::report::Report;
+use trove_bench::{BenchArgs, Command};
+
+#[derive(Parser)]
+struct Top {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn run(args: &str) -> Report {
+    let argv = std::iter::once("bench").chain(args.split_whitespace());
+    let Command::Run(a) = Top::try_parse_from(argv).unwrap().bench.command else {
+        panic!("not a run command")
+    };
+    trove_bench::cli_execute(&a).unwrap()
+}
+
+#[test]
+fn no_proxy_run_offers_the_configured_hit_ratio_and_sees_no_hits() {
+    let r = run(
+        "run --workload datacomm-1 --scale 0.001 --rate 4000 --think 0 --robots 40 \
+                 --max-requests 16000 --quiet",
+    );
+    let t = &r.total;
+    assert_eq!(t.errors, 0, "{:?}", t.errors_by_kind);
+    assert!(t.requests >= 15_000, "only {} requests", t.requests);
+    assert_eq!(
+        t.hits, 0,
+        "straight to the servers, every response is a miss"
+    );
+    let offered = t.offered_dhr.unwrap();
+    assert!(
+        (offered - r.configured_offered_dhr).abs() < 0.01,
+        "offered {offered} configured {}",
+        r.configured_offered_dhr
+    );
+    let server = r.server.as_ref().expect("in-process servers are counted");
+    assert_eq!(server.replies, t.misses);
+}
+
+#[test]
+fn a_caching_proxy_gets_close_to_the_offered_hit_ratio() {
+    let proxy = support::start(support::Behaviour {
+        cache: true,
+        corrupt_nth: None,
+    });
+    let r = run(&format!(
+        "run --workload polymix-2 --scale 0.0005 --rate 3000 --think 0 --robots 30 \
+         --max-requests 8000 --quiet --proxy {proxy}"
+    ));
+    let t = &r.total;
+    assert_eq!(t.errors, 0, "{:?}", t.errors_by_kind);
+    assert_eq!(t.uncachable_hits, 0);
+    let (dhr, offered) = (t.dhr.unwrap(), t.offered_dhr.unwrap());
+    assert!(dhr > 0.4, "hits must be seen: {dhr}");
+    assert!(
+        (dhr - offered).abs() < 0.02,
+        "measured {dhr} offered {offered}"
+    );
+    assert!(!r.failed);
+    // The JSON report carries the same numbers back.
+    let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(back.total.hits, t.hits);
+}
+
+#[test]
+fn a_proxy_that_corrupts_one_body_is_caught() {
+    let proxy = support::start(support::Behaviour {
+        cache: false,
+        corrupt_nth: Some(40),
+    });
+    let r = run(&format!(
+        "run --workload datacomm-1 --scale 0.001 --rate 500 --think 0 --robots 5 \
+         --max-requests 200 --quiet --proxy {proxy}"
+    ));
+    let t = &r.total;
+    assert_eq!(
+        t.errors_by_kind.get("content"),
+        Some(&1),
+        "{:?}",
+        t.errors_by_kind
+    );
+    assert_eq!(t.errors, 1);
+    assert_eq!(t.hits, 0, "a proxy that does not cache has no hits");
+    assert!(r.notes.iter().any(|n| n.contains("wrong bodies")));
+}
