@@ -139,9 +139,12 @@ pub(crate) fn date_field(headers: &HeaderMap, name: &HeaderName) -> Option<Syste
     parse_http_date(first.to_str().ok()?)
 }
 
-/// Formats a time as an IMF-fixdate.
+/// Formats a time as an IMF-fixdate, clamped to the range HTTP-date can
+/// express (1970 to 9999): `httpdate` panics outside it, and a simulator's
+/// virtual clock can go anywhere.
 pub fn format_http_date(t: SystemTime) -> String {
-    httpdate::fmt_http_date(t)
+    let max = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_799);
+    httpdate::fmt_http_date(t.clamp(SystemTime::UNIX_EPOCH, max))
 }
 
 #[cfg(test)]
@@ -192,6 +195,14 @@ mod tests {
         for bad in ["", "0", "-1", "yesterday", "Sun, 06 Nov 1994 25:49:37 GMT"] {
             assert_eq!(parse_http_date(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn formatting_dates_outside_http_range_does_not_panic() {
+        let far = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(u64::MAX / 4);
+        assert_eq!(format_http_date(far), "Fri, 31 Dec 9999 23:59:59 GMT");
+        let before = SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(10);
+        assert_eq!(format_http_date(before), "Thu, 01 Jan 1970 00:00:00 GMT");
     }
 
     #[test]
