@@ -1,1 +1,31 @@
-//! Proxy.
+//! trove's caching proxy: listeners, client connections, the request state machine, the
+//! origin connection pool, the access log and the metrics.
+//!
+//! A request's path through the code, by module: [`listener`] accepts and checks the ACL,
+//! [`client::conn`] reads a head ([`client::head`]) and its body ([`client::body`]),
+//! [`cache`] runs the state machine (resolve → lookup → hit / revalidate / miss / pass →
+//! deliver), [`origin`] talks to origin servers over pooled connections, [`client::respond`]
+//! writes the reply, and [`access_log`] and [`metrics`] record the [`outcome::Outcome`].
+//!
+//! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
+//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks), and trove's
+//! own rules (`trove-http`) and store (`trove-store`).
+
+pub mod access_log;
+pub mod acl;
+pub mod cache;
+pub mod client;
+pub mod listener;
+pub mod metrics;
+pub mod origin;
+pub mod outcome;
+pub mod reply;
+pub mod route;
+pub mod settings;
+pub mod state;
+pub mod status;
+pub mod tunnel;
+
+pub use listener::{start, Running};
+pub use settings::{Mode, Settings};
+pub use state::Shared;

@@ -1,0 +1,123 @@
+//! The Deliver step for stored responses: Age, Cache-Status, HEAD, the client's own
+//! conditional request (304 / 412) and byte ranges, all answered from the stored object.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::header::{self, HeaderValue};
+use http::{Method, StatusCode};
+use trove_http::preconditions::{self, Precondition};
+use trove_store::Object;
+
+use crate::cache::headers::{cache_status, CACHE_STATUS};
+use crate::cache::range;
+use crate::client::head::RequestHead;
+use crate::outcome::Outcome;
+use crate::reply::{Reply, ReplyBody};
+
+/// Builds the reply serving `obj` to `req`.
+pub fn stored(
+    obj: &Arc<Object>,
+    req: &RequestHead,
+    now: SystemTime,
+    outcome: Outcome,
+    status_detail: &str,
+    peer: Option<String>,
+) -> Reply {
+    let head = &obj.head;
+    let age = trove_http::current_age(&head.headers, head.request_time, head.response_time, now);
+    let mut headers = head.headers.clone();
+    headers.insert(header::AGE, trove_http::age_value(age));
+    headers.insert(CACHE_STATUS, cache_status(status_detail));
+    headers.remove(trove_http::TROVE_CACHE_CONTROL);
+
+    // The client's own preconditions, against the stored response (RFC 9110 §13.2.2).
+    let outcome_for = |o: Outcome| {
+        if outcome == Outcome::MemHit {
+            o
+        } else {
+            outcome
+        }
+    };
+    match preconditions::evaluate(&req.method, &req.headers, head.status, &head.headers) {
+        Precondition::NotModified => {
+            let mut h = preconditions::not_modified_headers(&headers);
+            h.insert(header::AGE, trove_http::age_value(age));
+            h.insert(CACHE_STATUS, cache_status(status_detail));
+            return Reply {
+                status: StatusCode::NOT_MODIFIED,
+                headers: h,
+                body: ReplyBody::Empty {
+                    content_length: None,
+                },
+                outcome: outcome_for(Outcome::ImsHit),
+                peer,
+                close: false,
+            };
+        }
+        Precondition::Failed => {
+            let mut r = Reply::simple(
+                StatusCode::PRECONDITION_FAILED,
+                outcome,
+                "precondition failed",
+            );
+            r.peer = peer;
+            return r;
+        }
+        Precondition::Proceed => {}
+    }
+
+    let outcome = if outcome == Outcome::MemHit && head.status.as_u16() >= 400 {
+        Outcome::NegativeHit
+    } else {
+        outcome
+    };
+    let total = obj
+        .body
+        .outcome()
+        .and_then(|r| r.ok())
+        .map(|_| obj.body.len())
+        .or(obj.body.expected_len());
+
+    if req.method == Method::HEAD {
+        return Reply {
+            status: head.status,
+            headers,
+            body: ReplyBody::Empty {
+                content_length: total,
+            },
+            outcome,
+            peer,
+            close: false,
+        };
+    }
+
+    if head.status == StatusCode::OK {
+        if let Some(total) = total {
+            if let Some(reply) = range::answer(obj, req, &mut headers, total) {
+                return Reply {
+                    outcome,
+                    peer,
+                    ..reply
+                };
+            }
+        }
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    }
+
+    let body = match obj.body.complete_bytes() {
+        Some(b) => ReplyBody::Bytes(b),
+        None => ReplyBody::Stored {
+            reader: obj.body.reader(0),
+            end: total,
+        },
+    };
+    Reply {
+        status: head.status,
+        headers,
+        body,
+        outcome,
+        peer,
+        close: false,
+    }
+}

@@ -1,0 +1,76 @@
+//! The Lookup step: which stored variant, if any, can answer this request, and how.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use trove_http::{reuse, Policy, Reuse, StoredResponse};
+use trove_store::{MemoryStore, Object};
+
+use crate::client::head::RequestHead;
+
+/// What the store holds for a request.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Nothing stored for this URI.
+    Miss,
+    /// Stored responses exist but none matches this request's `Vary` selecting fields.
+    VaryMiss,
+    /// A stored response and what the rules say about reusing it.
+    Found(Arc<Object>, Reuse),
+}
+
+fn rank(r: &Reuse) -> u8 {
+    match r {
+        Reuse::Fresh { .. } => 3,
+        Reuse::StaleAllowed { .. } => 2,
+        Reuse::MustValidate { .. } => 1,
+        Reuse::Unusable { .. } => 0,
+    }
+}
+
+/// Looks `key` up and judges each stored variant; the most usable, then most recent, wins.
+pub fn lookup(
+    store: &MemoryStore,
+    key: &str,
+    req: &RequestHead,
+    policy: &Policy,
+    now: SystemTime,
+) -> Lookup {
+    let variants = store.lookup(key);
+    if variants.is_empty() {
+        return Lookup::Miss;
+    }
+    let mut best: Option<(Arc<Object>, Reuse)> = None;
+    for obj in variants {
+        if matches!(obj.body.outcome(), Some(Err(_))) {
+            store.remove_object(&obj);
+            continue;
+        }
+        let stored = StoredResponse {
+            method: &http::Method::GET,
+            status: obj.head.status,
+            headers: &obj.head.headers,
+            request_headers: &obj.head.request_headers,
+            request_time: obj.head.request_time,
+            response_time: obj.head.response_time,
+        };
+        let r = reuse(policy, &stored, &req.method, &req.headers, now);
+        if rank(&r) == 0 {
+            continue;
+        }
+        let better = match &best {
+            None => true,
+            Some((b, br)) => {
+                rank(&r) > rank(br)
+                    || (rank(&r) == rank(br) && obj.head.response_time > b.head.response_time)
+            }
+        };
+        if better {
+            best = Some((obj, r));
+        }
+    }
+    match best {
+        Some((obj, r)) => Lookup::Found(obj, r),
+        None => Lookup::VaryMiss,
+    }
+}

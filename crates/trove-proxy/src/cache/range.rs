@@ -1,0 +1,105 @@
+//! Byte ranges served from a stored complete response (RFC 9110 §14).
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header;
+use http::{HeaderMap, StatusCode};
+use trove_http::range::{self, RangeOutcome};
+use trove_store::Object;
+
+use crate::client::head::RequestHead;
+use crate::outcome::Outcome;
+use crate::reply::{Reply, ReplyBody};
+
+/// A 206 or 416 reply when the request asks for ranges that apply, else `None` (serve the
+/// whole response). `headers` are the stored response's, already with Age and Cache-Status.
+pub fn answer(
+    obj: &Arc<Object>,
+    req: &RequestHead,
+    headers: &mut HeaderMap,
+    total: u64,
+) -> Option<Reply> {
+    if !req.headers.contains_key(header::RANGE) {
+        return None;
+    }
+    match range::range_outcome(&req.method, &req.headers, &obj.head.headers, total) {
+        RangeOutcome::Full => None,
+        RangeOutcome::Unsatisfiable => {
+            let mut h = headers.clone();
+            h.insert(
+                header::CONTENT_RANGE,
+                range::unsatisfied_content_range(total),
+            );
+            h.remove(header::CONTENT_TYPE);
+            Some(reply(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                h,
+                ReplyBody::Bytes(Bytes::new()),
+            ))
+        }
+        RangeOutcome::Single(r) => {
+            let mut h = headers.clone();
+            h.insert(header::CONTENT_RANGE, range::content_range(&r, total));
+            let end = r.last + 1;
+            let body = match obj.body.complete_bytes() {
+                Some(b) => ReplyBody::Bytes(b.slice(r.first as usize..end as usize)),
+                None => ReplyBody::Stored {
+                    reader: obj.body.reader(r.first),
+                    end: Some(end),
+                },
+            };
+            Some(reply(StatusCode::PARTIAL_CONTENT, h, body))
+        }
+        RangeOutcome::Multi(ranges) => {
+            // Several ranges need the bytes in hand; while the body is still arriving the
+            // whole response is served instead, which RFC 9110 §14.2 permits.
+            let all = obj.body.complete_bytes()?;
+            let boundary = range::multipart_boundary(obj_boundary_seed(obj));
+            let ctype = headers.get(header::CONTENT_TYPE).cloned();
+            let mut out = BytesMut::with_capacity(range::multipart_length(
+                &boundary,
+                ctype.as_ref(),
+                &ranges,
+                total,
+            ) as usize);
+            for r in &ranges {
+                out.put_slice(
+                    range::multipart_part_header(&boundary, ctype.as_ref(), r, total).as_bytes(),
+                );
+                out.put_slice(&all[r.first as usize..=r.last as usize]);
+            }
+            out.put_slice(range::multipart_trailer(&boundary).as_bytes());
+            let mut h = headers.clone();
+            h.insert(
+                header::CONTENT_TYPE,
+                range::multipart_content_type(&boundary),
+            );
+            Some(reply(
+                StatusCode::PARTIAL_CONTENT,
+                h,
+                ReplyBody::Bytes(out.freeze()),
+            ))
+        }
+    }
+}
+
+fn obj_boundary_seed(obj: &Object) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    obj.key.hash(&mut h);
+    obj.variant.hash(&mut h);
+    std::time::SystemTime::now().hash(&mut h);
+    h.finish()
+}
+
+fn reply(status: StatusCode, headers: HeaderMap, body: ReplyBody) -> Reply {
+    Reply {
+        status,
+        headers,
+        body,
+        outcome: Outcome::MemHit,
+        peer: None,
+        close: false,
+    }
+}

@@ -1,0 +1,274 @@
+//! Reading a client's request body: Content-Length or chunked (RFC 9112 §7.1), strictly.
+//! Bad chunking is an error, never a guess, so a body can't smuggle a second request.
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::client::head::Framing;
+
+/// Longest chunk-size line (size, extensions) or trailer line accepted.
+const MAX_LINE: usize = 4096;
+/// Most trailer bytes accepted.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// The read half of a client connection with its buffer of bytes not yet consumed.
+#[derive(Debug)]
+pub struct ReadSide<R> {
+    pub io: R,
+    pub buf: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> ReadSide<R> {
+    pub fn new(io: R) -> Self {
+        ReadSide {
+            io,
+            buf: BytesMut::with_capacity(8 * 1024),
+        }
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` at end of stream.
+    pub async fn fill(&mut self) -> std::io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(8 * 1024);
+        }
+        self.io.read_buf(&mut self.buf).await
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyReadError {
+    #[error("client closed the connection mid-body")]
+    Closed,
+    #[error("client connection failed")]
+    Io,
+    #[error("bad chunked encoding: {0}")]
+    BadChunking(&'static str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers(usize),
+    Done,
+}
+
+/// A request body being read from a [`ReadSide`].
+#[derive(Debug)]
+pub struct RequestBody<'a, R> {
+    side: &'a mut ReadSide<R>,
+    state: State,
+}
+
+impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
+    pub fn new(side: &'a mut ReadSide<R>, framing: Framing) -> Self {
+        let state = match framing {
+            Framing::None | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+        };
+        RequestBody { side, state }
+    }
+
+    /// True once the whole body (and any trailers) has been read.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    async fn need_more(&mut self) -> Result<(), BodyReadError> {
+        match self.side.fill().await {
+            Ok(0) => Err(BodyReadError::Closed),
+            Ok(_) => Ok(()),
+            Err(_) => Err(BodyReadError::Io),
+        }
+    }
+
+    /// Takes one CRLF-terminated line from the buffer, if complete.
+    fn take_line(&mut self) -> Result<Option<Bytes>, BodyReadError> {
+        match self.side.buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                if i == 0 || self.side.buf[i - 1] != b'\r' {
+                    return Err(BodyReadError::BadChunking("line not ended by CRLF"));
+                }
+                let line = self.side.buf.split_to(i + 1).freeze();
+                Ok(Some(line.slice(..i - 1)))
+            }
+            None if self.side.buf.len() > MAX_LINE => {
+                Err(BodyReadError::BadChunking("line too long"))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The next piece of body; `Ok(None)` at the end.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, BodyReadError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(None),
+                State::Length(0) => {
+                    self.state = State::Done;
+                    return Ok(None);
+                }
+                State::Length(n) | State::ChunkData(n) => {
+                    if self.side.buf.is_empty() {
+                        self.need_more().await?;
+                    }
+                    let take = (self.side.buf.len() as u64).min(n) as usize;
+                    let bytes = self.side.buf.split_to(take).freeze();
+                    let left = n - take as u64;
+                    self.state = match self.state {
+                        State::Length(_) if left == 0 => State::Done,
+                        State::Length(_) => State::Length(left),
+                        _ if left == 0 => State::ChunkEnd,
+                        _ => State::ChunkData(left),
+                    };
+                    return Ok(Some(bytes));
+                }
+                State::ChunkSize => match self.take_line()? {
+                    None => self.need_more().await?,
+                    Some(line) => {
+                        let size = parse_chunk_size(&line)?;
+                        self.state = if size == 0 {
+                            State::Trailers(0)
+                        } else {
+                            State::ChunkData(size)
+                        };
+                    }
+                },
+                State::ChunkEnd => {
+                    if self.side.buf.len() < 2 {
+                        self.need_more().await?;
+                        continue;
+                    }
+                    if &self.side.buf[..2] != b"\r\n" {
+                        return Err(BodyReadError::BadChunking(
+                            "chunk data not followed by CRLF",
+                        ));
+                    }
+                    self.side.buf.advance(2);
+                    self.state = State::ChunkSize;
+                }
+                State::Trailers(seen) => match self.take_line()? {
+                    None => self.need_more().await?,
+                    Some(line) if line.is_empty() => {
+                        self.state = State::Done;
+                        return Ok(None);
+                    }
+                    Some(line) => {
+                        // Trailer fields are read and dropped: trove does not forward them.
+                        let seen = seen + line.len() + 2;
+                        if seen > MAX_TRAILERS {
+                            return Err(BodyReadError::BadChunking("trailers too large"));
+                        }
+                        if line[0] == b' ' || line[0] == b'\t' || !line.contains(&b':') {
+                            return Err(BodyReadError::BadChunking("invalid trailer field"));
+                        }
+                        self.state = State::Trailers(seen);
+                    }
+                },
+            }
+        }
+    }
+
+    /// Reads and discards the rest of the body, so the next request on the connection can
+    /// be parsed. Gives up (returns false) after `limit` bytes.
+    pub async fn drain(&mut self, limit: u64) -> bool {
+        let mut seen = 0u64;
+        loop {
+            match self.next().await {
+                Ok(Some(b)) => {
+                    seen += b.len() as u64;
+                    if seen > limit {
+                        return false;
+                    }
+                }
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// `1*HEXDIG [ chunk-ext ]`; sizes that would overflow are refused.
+fn parse_chunk_size(line: &[u8]) -> Result<u64, BodyReadError> {
+    let end = line
+        .iter()
+        .position(|&b| b == b';' || b == b' ' || b == b'\t')
+        .unwrap_or(line.len());
+    let digits = &line[..end];
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(BodyReadError::BadChunking("invalid chunk size"));
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(BodyReadError::BadChunking("invalid chunk size")),
+        };
+        n = n * 16 + v as u64;
+    }
+    let rest = &line[end..];
+    if rest.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(BodyReadError::BadChunking("invalid chunk extension"));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read_all(input: &'static [u8], framing: Framing) -> Result<Vec<u8>, BodyReadError> {
+        let mut side = ReadSide::new(input);
+        let mut body = RequestBody::new(&mut side, framing);
+        let mut out = Vec::new();
+        while let Some(b) = body.next().await? {
+            out.extend_from_slice(&b);
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn chunked_body_with_extensions_and_trailers() {
+        let got = read_all(
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nX-T: 1\r\n\r\n",
+            Framing::Chunked,
+        )
+        .await
+        .unwrap();
+        assert_eq!(got, b"abcde");
+    }
+
+    #[tokio::test]
+    async fn bad_chunking_is_an_error() {
+        assert!(read_all(b"zz\r\nabc\r\n0\r\n\r\n", Framing::Chunked)
+            .await
+            .is_err());
+        assert!(read_all(b"3\r\nabcX\r\n0\r\n\r\n", Framing::Chunked)
+            .await
+            .is_err());
+        assert!(read_all(b"3\nabc\r\n0\r\n\r\n", Framing::Chunked)
+            .await
+            .is_err());
+        assert!(read_all(b"ffffffffffffffffff\r\n", Framing::Chunked)
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn short_body_is_closed_error() {
+        assert_eq!(
+            read_all(b"abc", Framing::Length(5)).await,
+            Err(BodyReadError::Closed)
+        );
+        assert_eq!(
+            read_all(b"abcde", Framing::Length(5)).await.unwrap(),
+            b"abcde"
+        );
+    }
+}

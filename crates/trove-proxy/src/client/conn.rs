@@ -1,0 +1,220 @@
+//! One client connection: read a request head, hand it to the request state machine, write
+//! the reply, log it, and loop while the connection may persist. Pipelined requests are
+//! answered in order because the next head is only parsed once the previous reply is out.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use http::{Method, StatusCode, Version};
+use tokio::net::TcpStream;
+
+use crate::access_log::LogRecord;
+use crate::client::body::{ReadSide, RequestBody};
+use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
+use crate::client::respond::write_reply;
+use crate::client::write::ClientWriter;
+use crate::outcome::Outcome;
+use crate::reply::Reply;
+use crate::settings::Mode;
+use crate::state::Shared;
+use crate::tunnel;
+
+/// Request body bytes read and thrown away after a reply so the connection can be reused;
+/// beyond this the connection is closed instead.
+const DRAIN_LIMIT: u64 = 256 * 1024;
+
+/// What the listener knows about a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub mode: Mode,
+    /// False when the client is outside the ACL: every request is answered 403.
+    pub allowed: bool,
+}
+
+enum HeadRead {
+    Head(Box<RequestHead>),
+    Closed,
+    Bad(HeadError),
+}
+
+async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &Shared) -> HeadRead {
+    let limits = HeadLimits {
+        max_head_bytes: shared.settings.limits.max_head_bytes,
+        max_headers: shared.settings.limits.max_headers,
+    };
+    let t = &shared.settings.timeouts;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        match head::parse(&mut rs.buf, limits) {
+            Ok(Some(h)) => return HeadRead::Head(Box::new(h)),
+            Ok(None) => {}
+            Err(e) => return HeadRead::Bad(e),
+        }
+        // An idle connection may wait `client_idle` for its next request; once a head has
+        // begun it must be complete within `client_head` (slowloris).
+        let wait = if rs.buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
+            t.client_idle
+        } else {
+            let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + t.client_head);
+            d.saturating_duration_since(tokio::time::Instant::now())
+        };
+        match tokio::time::timeout(wait, rs.fill()).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::Closed,
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                if rs.buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
+                    return HeadRead::Closed;
+                }
+                return HeadRead::Bad(HeadError::Malformed("request head timed out"));
+            }
+        }
+    }
+}
+
+/// Serves one connection to the end.
+pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
+    let metrics = &shared.metrics;
+    metrics.client_accepted.fetch_add(1, Ordering::Relaxed);
+    metrics.client_open.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let mut rs = ReadSide::new(rd);
+    let mut w = ClientWriter::new(wr);
+    let mut served = 0u64;
+    loop {
+        let head = match read_head(&mut rs, &shared).await {
+            HeadRead::Head(h) => h,
+            HeadRead::Closed => break,
+            HeadRead::Bad(e) => {
+                metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(client = %info.peer, error = %e, "refused malformed request");
+                let start = SystemTime::now();
+                let reply = Reply::simple(e.status(), Outcome::None, &e.to_string());
+                let before = w.sent;
+                write_reply(
+                    &mut w,
+                    reply,
+                    &Method::GET,
+                    Version::HTTP_11,
+                    false,
+                    shared.settings.timeouts.client_write,
+                )
+                .await;
+                shared.log.log(&LogRecord {
+                    start,
+                    elapsed: start.elapsed().unwrap_or_default(),
+                    client: info.peer.ip(),
+                    outcome: Outcome::None,
+                    status: e.status().as_u16(),
+                    bytes: w.sent - before,
+                    method: "-",
+                    url: "error:invalid-request",
+                    peer: None,
+                    content_type: "text/plain",
+                });
+                metrics.record(
+                    Outcome::None,
+                    start.elapsed().unwrap_or_default(),
+                    w.sent - before,
+                );
+                break;
+            }
+        };
+        if served > 0 {
+            metrics.client_reused.fetch_add(1, Ordering::Relaxed);
+        }
+        served += 1;
+        let start_wall = SystemTime::now();
+        let start = Instant::now();
+
+        if head.method == Method::CONNECT && info.allowed && info.mode == Mode::Forward {
+            let host = head.target.host().unwrap_or("").to_string();
+            let port = head.target.port_u16().unwrap_or(443);
+            let url = format!("{host}:{port}");
+            let ClientWriter { io: wr, sent, .. } = w;
+            let _ = sent;
+            let result = tunnel::run(
+                rs,
+                wr,
+                &host,
+                port,
+                &shared.settings.connect.allowed_ports,
+                shared.settings.timeouts.connect,
+            )
+            .await;
+            let outcome = if result.status == StatusCode::FORBIDDEN {
+                Outcome::Denied
+            } else {
+                Outcome::Tunnel
+            };
+            shared.log.log(&LogRecord {
+                start: start_wall,
+                elapsed: start.elapsed(),
+                client: info.peer.ip(),
+                outcome,
+                status: result.status.as_u16(),
+                bytes: result.bytes_to_client,
+                method: "CONNECT",
+                url: &url,
+                peer: (result.status == StatusCode::OK).then_some(url.as_str()),
+                content_type: "-",
+            });
+            metrics.record(outcome, start.elapsed(), result.bytes_to_client);
+            metrics.client_open.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+
+        let mut body = RequestBody::new(&mut rs, head.framing);
+        let reply = if !info.allowed {
+            Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing()
+        } else {
+            if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
+                break;
+            }
+            crate::cache::handle(&shared, &head, info, &mut body).await
+        };
+        let body_clean = body.is_done() || body.drain(DRAIN_LIMIT).await;
+        let keep_alive = head.keep_alive && !reply.close && body_clean;
+        let outcome = reply.outcome;
+        let status = reply.status;
+        let peer = reply.peer.clone();
+        let content_type = reply
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
+        let before = w.sent;
+        let written = write_reply(
+            &mut w,
+            reply,
+            &head.method,
+            head.version,
+            keep_alive,
+            shared.settings.timeouts.client_write,
+        )
+        .await;
+        let sent = w.sent - before;
+        let url = crate::cache::log_url(&head, info.mode);
+        shared.log.log(&LogRecord {
+            start: start_wall,
+            elapsed: start.elapsed(),
+            client: info.peer.ip(),
+            outcome,
+            status: status.as_u16(),
+            bytes: sent,
+            method: head.method.as_str(),
+            url: &url,
+            peer: peer.as_deref(),
+            content_type: &content_type,
+        });
+        metrics.record(outcome, start.elapsed(), sent);
+        if !keep_alive || !written.complete || written.must_close {
+            break;
+        }
+    }
+    metrics.client_open.fetch_sub(1, Ordering::Relaxed);
+}

@@ -1,0 +1,353 @@
+//! Parsing a client's request head and deciding its framing (RFC 9112 §2–§6).
+//!
+//! This is where request smuggling is stopped: a head whose message length is ambiguous
+//! (Content-Length with Transfer-Encoding, differing Content-Lengths, a Transfer-Encoding
+//! that does not end in chunked, Transfer-Encoding in HTTP/1.0) or that uses obs-fold is
+//! refused with 400 before anything reaches an origin.
+
+use bytes::BytesMut;
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, HOST, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+
+/// Limits on what a client may send in one head.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+}
+
+impl Default for HeadLimits {
+    fn default() -> Self {
+        HeadLimits {
+            max_head_bytes: 64 * 1024,
+            max_headers: 100,
+        }
+    }
+}
+
+/// How the request body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A parsed, validated request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub method: Method,
+    pub target: Uri,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: Framing,
+    /// Whether the client wants the connection kept open after this exchange.
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+}
+
+/// Why a head was refused; each maps to a status and a short reason for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    #[error("request head too large")]
+    TooLarge,
+    #[error("too many header fields")]
+    TooManyHeaders,
+    #[error("malformed request: {0}")]
+    Malformed(&'static str),
+    #[error("ambiguous message length: {0}")]
+    Framing(&'static str),
+    #[error("unsupported transfer coding")]
+    UnsupportedCoding,
+    #[error("unsupported HTTP version")]
+    Version,
+}
+
+impl HeadError {
+    /// The status to answer with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            HeadError::TooLarge | HeadError::TooManyHeaders => {
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+            }
+            HeadError::UnsupportedCoding => StatusCode::NOT_IMPLEMENTED,
+            HeadError::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            HeadError::Malformed(_) | HeadError::Framing(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+const MAX_HEADERS_CAP: usize = 256;
+
+/// Parses one request head from the front of `buf`, removing it. `Ok(None)` means more
+/// bytes are needed.
+pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHead>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let max = limits.max_headers.clamp(1, MAX_HEADERS_CAP);
+    let mut req = httparse::Request::new(&mut slots[..max]);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > limits.max_head_bytes {
+                return Err(HeadError::TooLarge);
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(httparse::Error::HeaderName) | Err(httparse::Error::HeaderValue) => {
+            // Includes obs-fold (a line starting with whitespace), which RFC 9112 §5.2
+            // lets a server reject with 400.
+            return Err(HeadError::Malformed("invalid header field"));
+        }
+        Err(_) => return Err(HeadError::Malformed("invalid request line")),
+    };
+    if len > limits.max_head_bytes {
+        return Err(HeadError::TooLarge);
+    }
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
+        .map_err(|_| HeadError::Malformed("invalid method"))?;
+    let version = match req.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return Err(HeadError::Version),
+    };
+    let path = req.path.unwrap_or("");
+    let target: Uri = if method == Method::CONNECT {
+        // authority-form: host:port only.
+        let a: http::uri::Authority = path
+            .parse()
+            .map_err(|_| HeadError::Malformed("invalid CONNECT target"))?;
+        if a.port_u16().is_none() {
+            return Err(HeadError::Malformed("CONNECT target needs a port"));
+        }
+        Uri::from(a)
+    } else {
+        let t: Uri = path
+            .parse()
+            .map_err(|_| HeadError::Malformed("invalid request target"))?;
+        if t.scheme().is_none()
+            && !path.starts_with('/')
+            && !(path == "*" && method == Method::OPTIONS)
+        {
+            return Err(HeadError::Malformed("invalid request target"));
+        }
+        t
+    };
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| HeadError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|_| HeadError::Malformed("invalid header value"))?;
+        headers.append(name, value);
+    }
+    let _ = buf.split_to(len);
+
+    let framing = framing(version, &headers)?;
+    let host_count = headers.get_all(HOST).iter().count();
+    if host_count > 1 || (version == Version::HTTP_11 && host_count == 0) {
+        return Err(HeadError::Malformed("exactly one Host field is required"));
+    }
+    let keep_alive = wants_keep_alive(version, &headers);
+    let expect_continue = version == Version::HTTP_11
+        && headers
+            .get(EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    Ok(Some(RequestHead {
+        method,
+        target,
+        version,
+        headers,
+        framing,
+        keep_alive,
+        expect_continue,
+    }))
+}
+
+/// RFC 9112 §6.3, strictly: anything ambiguous is an error rather than a guess.
+fn framing(version: Version, headers: &HeaderMap) -> Result<Framing, HeadError> {
+    let has_te = headers.contains_key(TRANSFER_ENCODING);
+    let has_cl = headers.contains_key(CONTENT_LENGTH);
+    if has_te {
+        if version == Version::HTTP_10 {
+            return Err(HeadError::Framing("Transfer-Encoding in HTTP/1.0"));
+        }
+        if has_cl {
+            return Err(HeadError::Framing(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
+        let mut codings = Vec::new();
+        for v in headers.get_all(TRANSFER_ENCODING) {
+            let s = v
+                .to_str()
+                .map_err(|_| HeadError::Framing("invalid Transfer-Encoding"))?;
+            for c in s.split(',') {
+                let c = c.trim();
+                if !c.is_empty() {
+                    codings.push(c.to_ascii_lowercase());
+                }
+            }
+        }
+        match codings.as_slice() {
+            [only] if only == "chunked" => Ok(Framing::Chunked),
+            [] => Err(HeadError::Framing("empty Transfer-Encoding")),
+            [.., last] if last == "chunked" => {
+                if codings.iter().filter(|c| *c == "chunked").count() > 1 {
+                    Err(HeadError::Framing("chunked applied twice"))
+                } else {
+                    Err(HeadError::UnsupportedCoding)
+                }
+            }
+            _ => Err(HeadError::Framing(
+                "Transfer-Encoding does not end in chunked",
+            )),
+        }
+    } else if has_cl {
+        let mut len: Option<u64> = None;
+        for v in headers.get_all(CONTENT_LENGTH) {
+            let s = v
+                .to_str()
+                .map_err(|_| HeadError::Framing("invalid Content-Length"))?;
+            for part in s.split(',') {
+                let n = parse_length(part.trim())
+                    .ok_or(HeadError::Framing("invalid Content-Length"))?;
+                if len.is_some_and(|l| l != n) {
+                    return Err(HeadError::Framing("differing Content-Length values"));
+                }
+                len = Some(n);
+            }
+        }
+        match len {
+            Some(0) | None => Ok(Framing::None),
+            Some(n) => Ok(Framing::Length(n)),
+        }
+    } else {
+        Ok(Framing::None)
+    }
+}
+
+/// Digits only (no sign, no spaces), no overflow.
+pub fn parse_length(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// HTTP/1.1 persists unless told to close; HTTP/1.0 only with `Connection: keep-alive` or
+/// the legacy `Proxy-Connection: keep-alive` that browsers send to proxies.
+fn wants_keep_alive(version: Version, headers: &HeaderMap) -> bool {
+    let proxy_connection = HeaderName::from_static("proxy-connection");
+    let mut close = false;
+    let mut keep = false;
+    for v in headers
+        .get_all(CONNECTION)
+        .iter()
+        .chain(headers.get_all(&proxy_connection).iter())
+    {
+        for tok in v.to_str().unwrap_or("").split(',') {
+            let tok = tok.trim();
+            if tok.eq_ignore_ascii_case("close") {
+                close = true;
+            } else if tok.eq_ignore_ascii_case("keep-alive") {
+                keep = true;
+            }
+        }
+    }
+    if close {
+        return false;
+    }
+    version == Version::HTTP_11 || keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Option<RequestHead>, HeadError> {
+        let mut b = BytesMut::from(s);
+        parse(&mut b, HeadLimits::default())
+    }
+
+    #[test]
+    fn simple_get_keeps_alive() {
+        let h = p("GET /a HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.method, Method::GET);
+        assert!(h.keep_alive);
+        assert_eq!(h.framing, Framing::None);
+    }
+
+    #[test]
+    fn partial_head_needs_more() {
+        assert!(p("GET /a HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn http10_keep_alive_via_proxy_connection() {
+        let h = p("GET http://a/ HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keep_alive);
+        let h = p("GET http://a/ HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!h.keep_alive);
+    }
+
+    #[test]
+    fn cl_and_te_together_are_rejected_9112_6_3() {
+        let e = p(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn differing_content_lengths_are_rejected() {
+        assert!(
+            p("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n")
+                .is_err()
+        );
+        assert!(p("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 4\r\n\r\n").is_err());
+        assert!(p("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\n").is_err());
+        let h = p("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn obs_fold_is_rejected_9112_5_2() {
+        assert!(p("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn te_not_ending_in_chunked_is_rejected() {
+        assert!(
+            p("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n").is_err()
+        );
+        assert!(p("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn missing_or_double_host_is_rejected_9112_3_2() {
+        assert!(p("GET / HTTP/1.1\r\n\r\n").is_err());
+        assert!(p("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn oversized_head_is_refused() {
+        let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n", "a".repeat(70_000));
+        assert_eq!(p(&big).unwrap_err(), HeadError::TooLarge);
+    }
+
+    #[test]
+    fn connect_needs_authority_form() {
+        let h = p("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.target.port_u16(), Some(443));
+        assert!(p("CONNECT /x HTTP/1.1\r\nHost: a\r\n\r\n").is_err());
+    }
+}

@@ -1,0 +1,205 @@
+//! Writing a [`Reply`] to the client, streaming its body from wherever it comes.
+
+use std::time::Duration;
+
+use http::{Method, StatusCode, Version};
+use tokio::io::AsyncWrite;
+
+use crate::client::write::{ClientWriter, OutFraming};
+use crate::reply::{Reply, ReplyBody};
+
+/// How writing went.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    /// The whole response reached the socket.
+    pub complete: bool,
+    /// The connection must close (framing by close, or a body that failed midway).
+    pub must_close: bool,
+}
+
+fn no_body_status(status: StatusCode) -> bool {
+    status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+}
+
+/// Writes `reply` for a request with `method` from a client speaking `version`.
+pub async fn write_reply<W: AsyncWrite + Unpin>(
+    w: &mut ClientWriter<W>,
+    reply: Reply,
+    method: &Method,
+    version: Version,
+    keep_alive: bool,
+    timeout: Duration,
+) -> Written {
+    let fut = write_inner(w, reply, method, version, keep_alive);
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Written {
+            complete: false,
+            must_close: true,
+        },
+    }
+}
+
+async fn write_inner<W: AsyncWrite + Unpin>(
+    w: &mut ClientWriter<W>,
+    reply: Reply,
+    method: &Method,
+    version: Version,
+    keep_alive: bool,
+) -> Written {
+    let failed = Written {
+        complete: false,
+        must_close: true,
+    };
+    let Reply {
+        status,
+        headers,
+        body,
+        ..
+    } = reply;
+    let head_only = *method == Method::HEAD || no_body_status(status);
+    let len = match &body {
+        ReplyBody::Empty { content_length } => {
+            let framing = OutFraming::NoBody {
+                content_length: if no_body_status(status) {
+                    None
+                } else {
+                    *content_length
+                },
+            };
+            let ok = w
+                .send_head(status, &headers, framing, keep_alive, version, None)
+                .await
+                .is_ok();
+            return Written {
+                complete: ok,
+                must_close: !ok,
+            };
+        }
+        ReplyBody::Bytes(b) => Some(b.len() as u64),
+        ReplyBody::Stored { reader, end } => end.map(|e| e.saturating_sub(reader.position())),
+        ReplyBody::Origin(resp) => resp.content_length(),
+    };
+    if head_only {
+        let framing = OutFraming::NoBody {
+            content_length: if no_body_status(status) { None } else { len },
+        };
+        let ok = w
+            .send_head(status, &headers, framing, keep_alive, version, None)
+            .await
+            .is_ok();
+        return Written {
+            complete: ok,
+            must_close: !ok,
+        };
+    }
+    let framing = OutFraming::for_body(len, version);
+    let chunked = framing == OutFraming::Chunked;
+    let must_close = framing == OutFraming::Close;
+    match body {
+        ReplyBody::Empty { .. } => unreachable_written(),
+        ReplyBody::Bytes(b) => {
+            let ok = w
+                .send_head(status, &headers, framing, keep_alive, version, Some(b))
+                .await
+                .is_ok();
+            Written {
+                complete: ok,
+                must_close: must_close || !ok,
+            }
+        }
+        ReplyBody::Stored { mut reader, end } => {
+            // The first bytes go out with the head in one write.
+            let first = match end {
+                Some(e) => reader.next_until(e).await,
+                None => reader.next().await,
+            };
+            let first = match first {
+                Some(Ok(b)) => Some(b),
+                None => None,
+                Some(Err(_)) => {
+                    // Nothing sent yet: the body failed before any byte arrived.
+                    let _ = w
+                        .send_head(
+                            StatusCode::BAD_GATEWAY,
+                            &http::HeaderMap::new(),
+                            OutFraming::Length(0),
+                            false,
+                            version,
+                            None,
+                        )
+                        .await;
+                    return failed;
+                }
+            };
+            if w.send_head(status, &headers, framing, keep_alive, version, first)
+                .await
+                .is_err()
+            {
+                return failed;
+            }
+            loop {
+                let next = match end {
+                    Some(e) => reader.next_until(e).await,
+                    None => reader.next().await,
+                };
+                match next {
+                    None => break,
+                    Some(Ok(b)) => {
+                        if w.send_body(b, chunked).await.is_err() {
+                            return failed;
+                        }
+                    }
+                    Some(Err(_)) => return failed,
+                }
+            }
+            finish(w, chunked, must_close).await
+        }
+        ReplyBody::Origin(mut resp) => {
+            if w.send_head(status, &headers, framing, keep_alive, version, None)
+                .await
+                .is_err()
+            {
+                return failed;
+            }
+            loop {
+                match resp.next_chunk().await {
+                    Ok(None) => break,
+                    Ok(Some(b)) => {
+                        if w.send_body(b, chunked).await.is_err() {
+                            return failed;
+                        }
+                    }
+                    Err(_) => return failed,
+                }
+            }
+            finish(w, chunked, must_close).await
+        }
+    }
+}
+
+fn unreachable_written() -> Written {
+    Written {
+        complete: false,
+        must_close: true,
+    }
+}
+
+async fn finish<W: AsyncWrite + Unpin>(
+    w: &mut ClientWriter<W>,
+    chunked: bool,
+    must_close: bool,
+) -> Written {
+    if chunked && w.finish_chunked().await.is_err() {
+        return Written {
+            complete: false,
+            must_close: true,
+        };
+    }
+    Written {
+        complete: true,
+        must_close,
+    }
+}

@@ -1,0 +1,219 @@
+//! Writing responses to a client: the status line and head, then the body framed by
+//! Content-Length, chunked coding (HTTP/1.1 clients) or connection close (HTTP/1.0).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, StatusCode, Version};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// How the body that follows a head is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutFraming {
+    /// No body follows (HEAD, 204, 304); `Content-Length` is still sent when known, as the
+    /// GET would have had it.
+    NoBody {
+        content_length: Option<u64>,
+    },
+    Length(u64),
+    Chunked,
+    /// HTTP/1.0 client and unknown length: the body ends when the connection closes.
+    Close,
+}
+
+impl OutFraming {
+    /// Chooses framing for a body of `len` bytes (if known) to a client of `version`.
+    pub fn for_body(len: Option<u64>, version: Version) -> Self {
+        match len {
+            Some(n) => OutFraming::Length(n),
+            None if version == Version::HTTP_11 => OutFraming::Chunked,
+            None => OutFraming::Close,
+        }
+    }
+}
+
+/// The write half of a client connection, counting bytes sent.
+#[derive(Debug)]
+pub struct ClientWriter<W> {
+    pub io: W,
+    pub sent: u64,
+    head: BytesMut,
+}
+
+/// Encodes a response head. Hop-by-hop fields must already be gone from `headers`.
+pub fn encode_head(
+    out: &mut BytesMut,
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: OutFraming,
+    keep_alive: bool,
+    client_version: Version,
+) {
+    out.reserve(256 + headers.len() * 48);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.put_slice(b"\r\n");
+    for (name, value) in headers {
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    let mut itoa = itoa::Buffer::new();
+    match framing {
+        OutFraming::NoBody {
+            content_length: Some(n),
+        }
+        | OutFraming::Length(n) => {
+            out.put_slice(b"content-length: ");
+            out.put_slice(itoa.format(n).as_bytes());
+            out.put_slice(b"\r\n");
+        }
+        OutFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
+        OutFraming::NoBody {
+            content_length: None,
+        }
+        | OutFraming::Close => {}
+    }
+    let keep_alive = keep_alive && framing != OutFraming::Close;
+    if !keep_alive {
+        out.put_slice(b"connection: close\r\n");
+    } else if client_version == Version::HTTP_10 {
+        out.put_slice(b"connection: keep-alive\r\n");
+    }
+    out.put_slice(b"\r\n");
+}
+
+impl<W: AsyncWrite + Unpin> ClientWriter<W> {
+    pub fn new(io: W) -> Self {
+        ClientWriter {
+            io,
+            sent: 0,
+            head: BytesMut::with_capacity(1024),
+        }
+    }
+
+    /// Writes a head and (optionally) the first or only body bytes in one vectored write.
+    pub async fn send_head(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        framing: OutFraming,
+        keep_alive: bool,
+        client_version: Version,
+        body: Option<Bytes>,
+    ) -> std::io::Result<()> {
+        self.head.clear();
+        encode_head(
+            &mut self.head,
+            status,
+            headers,
+            framing,
+            keep_alive,
+            client_version,
+        );
+        let head = self.head.split().freeze();
+        match body {
+            Some(b) if !b.is_empty() => {
+                if framing == OutFraming::Chunked {
+                    let mut buf = head
+                        .chain(chunk_prefix(b.len()))
+                        .chain(b)
+                        .chain(&b"\r\n"[..]);
+                    self.sent += buf.remaining() as u64;
+                    self.io.write_all_buf(&mut buf).await
+                } else {
+                    let mut buf = head.chain(b);
+                    self.sent += buf.remaining() as u64;
+                    self.io.write_all_buf(&mut buf).await
+                }
+            }
+            _ => {
+                self.sent += head.len() as u64;
+                let mut buf = head;
+                self.io.write_all_buf(&mut buf).await
+            }
+        }
+    }
+
+    /// Writes body bytes, chunk-coded when `chunked`.
+    pub async fn send_body(&mut self, b: Bytes, chunked: bool) -> std::io::Result<()> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        if chunked {
+            let mut buf = chunk_prefix(b.len()).chain(b).chain(&b"\r\n"[..]);
+            self.sent += buf.remaining() as u64;
+            self.io.write_all_buf(&mut buf).await
+        } else {
+            self.sent += b.len() as u64;
+            let mut b = b;
+            self.io.write_all_buf(&mut b).await
+        }
+    }
+
+    /// Ends a chunked body.
+    pub async fn finish_chunked(&mut self) -> std::io::Result<()> {
+        self.sent += 5;
+        self.io.write_all(b"0\r\n\r\n").await
+    }
+
+    /// Sends an interim `100 Continue`.
+    pub async fn send_continue(&mut self) -> std::io::Result<()> {
+        self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await
+    }
+
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        self.io.flush().await
+    }
+}
+
+fn chunk_prefix(len: usize) -> Bytes {
+    Bytes::from(format!("{len:x}\r\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_for_http10_keep_alive_says_so() {
+        let mut out = BytesMut::new();
+        let mut h = HeaderMap::new();
+        h.insert("x-a", "1".parse().unwrap());
+        encode_head(
+            &mut out,
+            StatusCode::OK,
+            &h,
+            OutFraming::Length(3),
+            true,
+            Version::HTTP_10,
+        );
+        let s = std::str::from_utf8(&out).unwrap();
+        assert_eq!(
+            s,
+            "HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 3\r\nconnection: keep-alive\r\n\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_body_is_framed() {
+        let mut w = ClientWriter::new(Vec::new());
+        w.send_head(
+            StatusCode::OK,
+            &HeaderMap::new(),
+            OutFraming::Chunked,
+            true,
+            Version::HTTP_11,
+            Some(Bytes::from_static(b"hello")),
+        )
+        .await
+        .unwrap();
+        w.finish_chunked().await.unwrap();
+        let s = String::from_utf8(w.io).unwrap();
+        assert!(
+            s.ends_with("transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! Counters and histograms the proxy keeps, rendered in Prometheus text format.
+//! Every metric name is declared once, in [`names`], and tests assert on those constants.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::outcome::Outcome;
+
+/// Metric names, declared once.
+pub mod names {
+    pub const REQUESTS: &str = "trove_requests_total";
+    pub const HITS: &str = "trove_hits_total";
+    pub const BYTES_TO_CLIENTS: &str = "trove_client_bytes_sent_total";
+    pub const BYTES_FROM_CACHE: &str = "trove_cache_bytes_served_total";
+    pub const BYTES_FROM_ORIGINS: &str = "trove_origin_bytes_received_total";
+    pub const RESPONSE_SECONDS: &str = "trove_response_seconds";
+    pub const CLIENT_CONNECTIONS_OPEN: &str = "trove_client_connections_open";
+    pub const CLIENT_CONNECTIONS: &str = "trove_client_connections_total";
+    pub const CLIENT_CONNECTIONS_REUSED: &str = "trove_client_connection_reuses_total";
+    pub const ORIGIN_CONNECTIONS_OPEN: &str = "trove_origin_connections_open";
+    pub const ORIGIN_CONNECTIONS_OPENED: &str = "trove_origin_connections_opened_total";
+    pub const ORIGIN_CONNECTIONS_REUSED: &str = "trove_origin_connections_reused_total";
+    pub const ORIGIN_REQUESTS: &str = "trove_origin_requests_total";
+    pub const ORIGIN_ERRORS: &str = "trove_origin_errors_total";
+    pub const BAD_REQUESTS: &str = "trove_bad_requests_total";
+    pub const SHED: &str = "trove_shed_requests_total";
+    pub const STORE_BYTES: &str = "trove_store_bytes";
+    pub const STORE_CAPACITY: &str = "trove_store_capacity_bytes";
+    pub const STORE_OBJECTS: &str = "trove_store_objects";
+    pub const STORE_EVICTIONS: &str = "trove_store_evictions_total";
+    pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
+}
+
+/// Upper bounds (seconds) of the response-time histogram buckets.
+const BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| s <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, label: &str) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cum += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{label},le=\"{b}\"}} {cum}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{label}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{label}}} {count}");
+    }
+}
+
+/// All of the proxy's counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub by_outcome: [AtomicU64; Outcome::ALL.len()],
+    pub bytes_to_clients: AtomicU64,
+    pub bytes_from_cache: AtomicU64,
+    pub bytes_from_origins: AtomicU64,
+    pub hit_time: Histogram,
+    pub miss_time: Histogram,
+    pub client_open: AtomicI64,
+    pub client_accepted: AtomicU64,
+    pub client_reused: AtomicU64,
+    pub origin_open: AtomicI64,
+    pub origin_opened: AtomicU64,
+    pub origin_reused: AtomicU64,
+    pub origin_requests: AtomicU64,
+    pub origin_errors: AtomicU64,
+    pub bad_requests: AtomicU64,
+    pub shed: AtomicU64,
+}
+
+/// Store figures, read when rendering.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StoreFigures {
+    pub bytes: u64,
+    pub capacity: u64,
+    pub objects: u64,
+    pub evictions: u64,
+    pub log_dropped: u64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    /// Counts a finished request.
+    pub fn record(&self, outcome: Outcome, elapsed: Duration, sent: u64) {
+        inc(&self.by_outcome[outcome.index()]);
+        self.bytes_to_clients.fetch_add(sent, Ordering::Relaxed);
+        if outcome.is_hit() {
+            self.bytes_from_cache.fetch_add(sent, Ordering::Relaxed);
+            self.hit_time.observe(elapsed);
+        } else if !matches!(outcome, Outcome::Denied | Outcome::Tunnel | Outcome::None) {
+            self.miss_time.observe(elapsed);
+        }
+    }
+
+    pub fn count(&self, outcome: Outcome) -> u64 {
+        self.by_outcome[outcome.index()].load(Ordering::Relaxed)
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self, store: StoreFigures) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {} Requests by cache result code.",
+            names::REQUESTS
+        );
+        let _ = writeln!(out, "# TYPE {} counter", names::REQUESTS);
+        let mut hits = 0;
+        for o in Outcome::ALL {
+            let n = self.count(o);
+            if o.is_hit() {
+                hits += n;
+            }
+            let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
+        }
+        let counters: [(&str, &str, u64); 12] = [
+            (names::HITS, "Requests served from the cache.", hits),
+            (
+                names::BYTES_TO_CLIENTS,
+                "Bytes sent to clients.",
+                g(&self.bytes_to_clients),
+            ),
+            (
+                names::BYTES_FROM_CACHE,
+                "Bytes sent to clients from the cache.",
+                g(&self.bytes_from_cache),
+            ),
+            (
+                names::BYTES_FROM_ORIGINS,
+                "Body bytes received from origins.",
+                g(&self.bytes_from_origins),
+            ),
+            (
+                names::CLIENT_CONNECTIONS,
+                "Client connections accepted.",
+                g(&self.client_accepted),
+            ),
+            (
+                names::CLIENT_CONNECTIONS_REUSED,
+                "Requests on an already used client connection.",
+                g(&self.client_reused),
+            ),
+            (
+                names::ORIGIN_CONNECTIONS_OPENED,
+                "Origin connections opened.",
+                g(&self.origin_opened),
+            ),
+            (
+                names::ORIGIN_CONNECTIONS_REUSED,
+                "Origin requests sent on a pooled connection.",
+                g(&self.origin_reused),
+            ),
+            (
+                names::ORIGIN_REQUESTS,
+                "Requests sent to origins.",
+                g(&self.origin_requests),
+            ),
+            (
+                names::ORIGIN_ERRORS,
+                "Origin requests that failed (connect, timeout, bad response).",
+                g(&self.origin_errors),
+            ),
+            (
+                names::BAD_REQUESTS,
+                "Malformed client requests refused.",
+                g(&self.bad_requests),
+            ),
+            (
+                names::SHED,
+                "Requests refused with 503 under overload.",
+                g(&self.shed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let gauges: [(&str, &str, i64); 5] = [
+            (
+                names::CLIENT_CONNECTIONS_OPEN,
+                "Client connections open.",
+                self.client_open.load(Ordering::Relaxed),
+            ),
+            (
+                names::ORIGIN_CONNECTIONS_OPEN,
+                "Origin connections open.",
+                self.origin_open.load(Ordering::Relaxed),
+            ),
+            (
+                names::STORE_BYTES,
+                "Bytes held by the memory store.",
+                store.bytes as i64,
+            ),
+            (
+                names::STORE_CAPACITY,
+                "Memory store budget in bytes.",
+                store.capacity as i64,
+            ),
+            (
+                names::STORE_OBJECTS,
+                "Objects held by the memory store.",
+                store.objects as i64,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        for (name, help, v) in [
+            (
+                names::STORE_EVICTIONS,
+                "Objects evicted from the memory store.",
+                store.evictions,
+            ),
+            (
+                names::ACCESS_LOG_DROPPED,
+                "Access log lines dropped because the writer fell behind.",
+                store.log_dropped,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let name = names::RESPONSE_SECONDS;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Response time, first byte in to last byte out.\n# TYPE {name} histogram"
+        );
+        self.hit_time.render(&mut out, name, "kind=\"hit\"");
+        self.miss_time.render(&mut out, name, "kind=\"miss\"");
+        out
+    }
+}

@@ -1,0 +1,207 @@
+//! Sending one request to an origin and reading its response.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use crate::metrics::Metrics;
+use crate::origin::pool::{Pool, PooledConn};
+use crate::origin::request_body::OriginRequestBody;
+use crate::route::Upstream;
+
+/// Why talking to an origin failed. [`OriginError::status`] is what the client gets.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    #[error("cannot connect to origin: {0}")]
+    Connect(std::io::Error),
+    #[error("origin did not accept the connection in time")]
+    ConnectTimeout,
+    #[error("too many connections to this origin")]
+    PoolExhausted,
+    #[error("origin did not answer in time")]
+    ResponseTimeout,
+    #[error("origin went silent mid-body")]
+    BodyTimeout,
+    #[error("origin closed or reset the connection")]
+    Closed,
+    #[error("origin sent an invalid response: {0}")]
+    Protocol(&'static str),
+}
+
+impl OriginError {
+    /// 504 for timeouts, 502 for everything else.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            OriginError::ConnectTimeout
+            | OriginError::ResponseTimeout
+            | OriginError::BodyTimeout => StatusCode::GATEWAY_TIMEOUT,
+            OriginError::PoolExhausted => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    fn from_hyper(e: hyper::Error) -> OriginError {
+        if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+            OriginError::Protocol("malformed response head")
+        } else {
+            OriginError::Closed
+        }
+    }
+}
+
+/// An origin's response head, with its body still to read.
+pub struct OriginResponse {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub upstream: Upstream,
+    pub request_time: SystemTime,
+    pub response_time: SystemTime,
+    body: Incoming,
+    conn: Option<PooledConn>,
+    pool: Arc<Pool>,
+    metrics: Arc<Metrics>,
+    body_timeout: Duration,
+}
+
+impl std::fmt::Debug for OriginResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OriginResponse")
+            .field("status", &self.status)
+            .field("upstream", &self.upstream)
+            .finish()
+    }
+}
+
+impl OriginResponse {
+    /// The body length the origin declared, if any.
+    pub fn content_length(&self) -> Option<u64> {
+        http_body::Body::size_hint(&self.body).exact()
+    }
+
+    /// The next body bytes; `Ok(None)` at the end, after which the connection goes back to
+    /// the pool.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, OriginError> {
+        loop {
+            let frame = tokio::time::timeout(self.body_timeout, self.body.frame())
+                .await
+                .map_err(|_| OriginError::BodyTimeout)?;
+            match frame {
+                None => {
+                    if let Some(conn) = self.conn.take() {
+                        self.pool.checkin(conn);
+                    }
+                    return Ok(None);
+                }
+                Some(Err(e)) => {
+                    self.conn = None;
+                    return Err(if e.is_timeout() {
+                        OriginError::BodyTimeout
+                    } else {
+                        OriginError::Closed
+                    });
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if data.is_empty() {
+                            continue;
+                        }
+                        self.metrics
+                            .bytes_from_origins
+                            .fetch_add(data.len() as u64, Ordering::Relaxed);
+                        return Ok(Some(data));
+                    }
+                    // Trailers: dropped.
+                }
+            }
+        }
+    }
+}
+
+/// What to send: everything but the body, which comes separately.
+pub struct OriginRequest {
+    pub head: http::request::Parts,
+    pub body: OriginRequestBody,
+    /// True when the request can be sent again on a fresh connection if a pooled one turns
+    /// out to be dead (idempotent, no streamed body).
+    pub retryable: bool,
+}
+
+/// Sends `req` to the first upstream that accepts a connection; `upstreams` are tried in
+/// order on connect failures.
+pub async fn send(
+    pool: &Arc<Pool>,
+    metrics: &Arc<Metrics>,
+    upstreams: &[Upstream],
+    req: OriginRequest,
+    response_timeout: Duration,
+    body_timeout: Duration,
+) -> Result<OriginResponse, OriginError> {
+    let OriginRequest {
+        head,
+        body,
+        retryable,
+    } = req;
+    let mut body = Some(body);
+    let mut last_err = OriginError::Protocol("no upstream");
+    for upstream in upstreams {
+        for attempt in 0..2 {
+            let mut conn = match pool.checkout(upstream).await {
+                Ok(c) => c,
+                Err(e @ (OriginError::Connect(_) | OriginError::ConnectTimeout)) => {
+                    last_err = e;
+                    break; // next upstream
+                }
+                Err(e) => return Err(e),
+            };
+            let this_body = if retryable {
+                OriginRequestBody::empty()
+            } else {
+                match body.take() {
+                    Some(b) => b,
+                    None => return Err(last_err),
+                }
+            };
+            let request = Request::from_parts(head.clone(), this_body);
+            let request_time = SystemTime::now();
+            metrics.origin_requests.fetch_add(1, Ordering::Relaxed);
+            let reused = conn.reused;
+            let result =
+                tokio::time::timeout(response_timeout, conn.sender.send_request(request)).await;
+            match result {
+                Err(_) => return Err(OriginError::ResponseTimeout),
+                Ok(Err(e)) => {
+                    let err = OriginError::from_hyper(e);
+                    // A pooled connection may have been closed by the origin just as we
+                    // sent: try once more on a fresh one when that is safe.
+                    if reused && retryable && attempt == 0 && matches!(err, OriginError::Closed) {
+                        continue;
+                    }
+                    return Err(err);
+                }
+                Ok(Ok(resp)) => {
+                    let (parts, incoming) = resp.into_parts();
+                    return Ok(OriginResponse {
+                        status: parts.status,
+                        version: parts.version,
+                        headers: parts.headers,
+                        upstream: upstream.clone(),
+                        request_time,
+                        response_time: SystemTime::now(),
+                        body: incoming,
+                        conn: Some(conn),
+                        pool: Arc::clone(pool),
+                        metrics: Arc::clone(metrics),
+                        body_timeout,
+                    });
+                }
+            }
+        }
+    }
+    Err(last_err)
+}

@@ -1,0 +1,164 @@
+//! Persistent origin connections, shared by all clients.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::metrics::Metrics;
+use crate::origin::fetch::OriginError;
+use crate::origin::request_body::OriginRequestBody;
+use crate::route::Upstream;
+
+struct Idle {
+    sender: SendRequest<OriginRequestBody>,
+    permit: OwnedSemaphorePermit,
+    since: Instant,
+}
+
+/// A connection checked out of the pool. Give it back with [`Pool::checkin`] once its
+/// response body has been read to the end; dropping it closes the connection.
+pub struct PooledConn {
+    pub sender: SendRequest<OriginRequestBody>,
+    pub reused: bool,
+    permit: OwnedSemaphorePermit,
+    key: Upstream,
+}
+
+/// See the module docs.
+pub struct Pool {
+    idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
+    limits: Mutex<HashMap<Upstream, Arc<Semaphore>>>,
+    max_per_origin: usize,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Pool {
+    pub fn new(
+        max_per_origin: usize,
+        idle_timeout: Duration,
+        connect_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            idle: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
+            max_per_origin,
+            idle_timeout,
+            connect_timeout,
+            metrics,
+        });
+        // Close idle connections that outlived the timeout even when nobody asks for them.
+        let weak = Arc::downgrade(&pool);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1).min(idle_timeout));
+            loop {
+                tick.tick().await;
+                let Some(pool) = weak.upgrade() else { break };
+                pool.reap();
+            }
+        });
+        pool
+    }
+
+    fn reap(&self) {
+        let now = Instant::now();
+        let mut idle = self.idle.lock();
+        for conns in idle.values_mut() {
+            conns.retain(|c| {
+                now.duration_since(c.since) < self.idle_timeout && !c.sender.is_closed()
+            });
+        }
+        idle.retain(|_, v| !v.is_empty());
+    }
+
+    fn semaphore(&self, key: &Upstream) -> Arc<Semaphore> {
+        self.limits
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.max_per_origin)))
+            .clone()
+    }
+
+    /// An idle connection to `key` if one is usable, else a new one (waiting up to the
+    /// connect timeout for a slot under the per-origin limit).
+    pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
+        loop {
+            let candidate = {
+                let mut idle = self.idle.lock();
+                idle.get_mut(key).and_then(|v| v.pop())
+            };
+            let Some(mut c) = candidate else { break };
+            if c.since.elapsed() >= self.idle_timeout || c.sender.is_closed() {
+                continue;
+            }
+            // A pooled connection the origin closed meanwhile fails here, not mid-request.
+            if c.sender.ready().await.is_ok() {
+                self.metrics.origin_reused.fetch_add(1, Ordering::Relaxed);
+                return Ok(PooledConn {
+                    sender: c.sender,
+                    reused: true,
+                    permit: c.permit,
+                    key: key.clone(),
+                });
+            }
+        }
+        let sem = self.semaphore(key);
+        let permit = tokio::time::timeout(self.connect_timeout, sem.acquire_owned())
+            .await
+            .map_err(|_| OriginError::PoolExhausted)?
+            .map_err(|_| OriginError::PoolExhausted)?;
+        let stream = tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect((key.host.as_str(), key.port)),
+        )
+        .await
+        .map_err(|_| OriginError::ConnectTimeout)?
+        .map_err(OriginError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::Builder::new()
+            .allow_obsolete_multiline_headers_in_responses(true)
+            .max_buf_size(256 * 1024)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| OriginError::Protocol("handshake failed"))?;
+        let metrics = Arc::clone(&self.metrics);
+        metrics.origin_opened.fetch_add(1, Ordering::Relaxed);
+        metrics.origin_open.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let _ = conn.await;
+            metrics.origin_open.fetch_sub(1, Ordering::Relaxed);
+        });
+        Ok(PooledConn {
+            sender,
+            reused: false,
+            permit,
+            key: key.clone(),
+        })
+    }
+
+    /// Returns a connection whose exchange is complete, for reuse.
+    pub fn checkin(&self, conn: PooledConn) {
+        if conn.sender.is_closed() {
+            return;
+        }
+        self.idle.lock().entry(conn.key).or_default().push(Idle {
+            sender: conn.sender,
+            permit: conn.permit,
+            since: Instant::now(),
+        });
+    }
+
+    /// Idle connections held, for tests and the status page.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().values().map(Vec::len).sum()
+    }
+}

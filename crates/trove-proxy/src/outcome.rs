@@ -1,0 +1,103 @@
+//! How a request was served, named once: the access log prints [`Outcome::as_str`] (Squid's
+//! result codes, so existing log tools and `trove sim` read trove's logs) and the metrics
+//! count by it.
+
+/// The cache outcome of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Fresh stored response served from memory.
+    MemHit,
+    /// Served from a fetch another client started (collapsed forwarding).
+    CollapsedHit,
+    /// The client's conditional request answered 304 from the cache.
+    ImsHit,
+    /// A stored error response (404, 410 …) served.
+    NegativeHit,
+    /// Stale response served while it is revalidated in the background.
+    StaleHit,
+    /// `only-if-cached` request answered from the cache.
+    OfflineHit,
+    /// Nothing usable stored; fetched from the origin.
+    Miss,
+    /// The client asked to bypass the cache (`no-cache`, `max-age=0` forcing a reload).
+    ClientRefreshMiss,
+    /// Revalidated with the origin: not modified.
+    RefreshUnmodified,
+    /// Revalidated with the origin: a new response replaced the stored one.
+    RefreshModified,
+    /// Revalidation failed; the stale response was served (stale-if-error).
+    RefreshFailOld,
+    /// Revalidation failed and the error was passed on.
+    RefreshFailErr,
+    /// Refused by the access rules.
+    Denied,
+    /// A CONNECT tunnel.
+    Tunnel,
+    /// A PURGE.
+    Purge,
+    /// The client's request was malformed, or the proxy answered on its own.
+    None,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 16] = [
+        Outcome::MemHit,
+        Outcome::CollapsedHit,
+        Outcome::ImsHit,
+        Outcome::NegativeHit,
+        Outcome::StaleHit,
+        Outcome::OfflineHit,
+        Outcome::Miss,
+        Outcome::ClientRefreshMiss,
+        Outcome::RefreshUnmodified,
+        Outcome::RefreshModified,
+        Outcome::RefreshFailOld,
+        Outcome::RefreshFailErr,
+        Outcome::Denied,
+        Outcome::Tunnel,
+        Outcome::Purge,
+        Outcome::None,
+    ];
+
+    /// Squid's result code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::MemHit => "TCP_MEM_HIT",
+            Outcome::CollapsedHit => "TCP_CF_HIT",
+            Outcome::ImsHit => "TCP_IMS_HIT",
+            Outcome::NegativeHit => "TCP_NEGATIVE_HIT",
+            Outcome::StaleHit => "TCP_STALE_HIT",
+            Outcome::OfflineHit => "TCP_OFFLINE_HIT",
+            Outcome::Miss => "TCP_MISS",
+            Outcome::ClientRefreshMiss => "TCP_CLIENT_REFRESH_MISS",
+            Outcome::RefreshUnmodified => "TCP_REFRESH_UNMODIFIED",
+            Outcome::RefreshModified => "TCP_REFRESH_MODIFIED",
+            Outcome::RefreshFailOld => "TCP_REFRESH_FAIL_OLD",
+            Outcome::RefreshFailErr => "TCP_REFRESH_FAIL_ERR",
+            Outcome::Denied => "TCP_DENIED",
+            Outcome::Tunnel => "TCP_TUNNEL",
+            Outcome::Purge => "TCP_PURGE",
+            Outcome::None => "NONE_NONE",
+        }
+    }
+
+    /// Whether the body came from the cache without the origin sending it
+    /// (what document hit ratio counts).
+    pub fn is_hit(self) -> bool {
+        matches!(
+            self,
+            Outcome::MemHit
+                | Outcome::CollapsedHit
+                | Outcome::ImsHit
+                | Outcome::NegativeHit
+                | Outcome::StaleHit
+                | Outcome::OfflineHit
+                | Outcome::RefreshUnmodified
+                | Outcome::RefreshFailOld
+        )
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Outcome::ALL.iter().position(|o| *o == self).unwrap_or(0)
+    }
+}

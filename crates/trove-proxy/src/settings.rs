@@ -1,0 +1,378 @@
+//! The proxy's settings, as read from the `[listener]`, `[access]`, `[cache]`, `[limits]`,
+//! `[timeouts]`, `[origin_pool]`, `[connect]`, `[[origin]]` and `[log]` sections of trove's
+//! TOML config. Every section rejects unknown keys, and every value has a safe default.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+
+/// Whether a listener is a forward proxy (clients send absolute URIs for any origin) or a
+/// reverse proxy (requests go to the configured `[[origin]]` routes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Forward,
+    Reverse,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Forward => "forward",
+            Mode::Reverse => "reverse",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSettings {
+    pub addr: SocketAddr,
+    pub mode: Mode,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessSettings {
+    /// Client networks allowed to use the proxy. Default: loopback only.
+    pub allow: Vec<IpNet>,
+    /// Client networks allowed to send `PURGE`. Default: loopback only.
+    pub purge: Vec<IpNet>,
+}
+
+fn loopback() -> Vec<IpNet> {
+    vec![
+        "127.0.0.0/8".parse().expect("static"),
+        "::1/128".parse().expect("static"),
+    ]
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        AccessSettings {
+            allow: loopback(),
+            purge: loopback(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheSettings {
+    /// Memory tier budget in bytes (`"256MiB"`, `"1GiB"` or an integer).
+    #[serde(deserialize_with = "de_size")]
+    pub memory: u64,
+    /// Largest object stored; bigger responses stream through uncached.
+    #[serde(deserialize_with = "de_size")]
+    pub max_object: u64,
+    /// `"s3-fifo"` (default) or `"lru"`.
+    #[serde(deserialize_with = "de_eviction")]
+    pub eviction: trove_store::EvictionKind,
+    /// How far (bytes) an origin may be read ahead of the slowest client when the response
+    /// is not being stored.
+    #[serde(deserialize_with = "de_size")]
+    pub read_ahead: u64,
+    /// Heuristic freshness: this fraction of the time since Last-Modified (RFC 9111 §4.2.2).
+    pub heuristic_fraction: f64,
+    /// Upper bound on heuristic freshness.
+    #[serde(deserialize_with = "de_duration")]
+    pub heuristic_max: Duration,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            memory: 256 << 20,
+            max_object: 64 << 20,
+            eviction: trove_store::EvictionKind::default(),
+            read_ahead: 64 << 10,
+            heuristic_fraction: 0.1,
+            heuristic_max: Duration::from_secs(86_400),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitSettings {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    /// Client connections held at once; more are refused at accept.
+    pub max_client_connections: usize,
+    /// Requests waiting for an origin at once; more are answered 503 at once (load shedding).
+    pub max_pending_origin_requests: usize,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            max_head_bytes: 64 * 1024,
+            max_headers: 100,
+            max_client_connections: 50_000,
+            max_pending_origin_requests: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutSettings {
+    /// Idle time allowed between requests on a client connection.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_idle: Duration,
+    /// Time allowed for a client to send a whole request head once it has started.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_head: Duration,
+    /// TCP connect to an origin.
+    #[serde(deserialize_with = "de_duration")]
+    pub connect: Duration,
+    /// From sending a request to receiving the origin's response head.
+    #[serde(deserialize_with = "de_duration")]
+    pub origin_response: Duration,
+    /// Longest silence allowed while reading an origin's body.
+    #[serde(deserialize_with = "de_duration")]
+    pub origin_body: Duration,
+    /// Longest time a client may take to accept bytes we send.
+    #[serde(deserialize_with = "de_duration")]
+    pub client_write: Duration,
+}
+
+impl Default for TimeoutSettings {
+    fn default() -> Self {
+        TimeoutSettings {
+            client_idle: Duration::from_secs(60),
+            client_head: Duration::from_secs(30),
+            connect: Duration::from_secs(5),
+            origin_response: Duration::from_secs(60),
+            origin_body: Duration::from_secs(60),
+            client_write: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSettings {
+    /// Connections to one origin (idle and busy) at most.
+    pub max_per_origin: usize,
+    /// Idle origin connections are closed after this long.
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_per_origin: 256,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectSettings {
+    /// Ports CONNECT may reach. Default: 443 only.
+    pub allowed_ports: Vec<u16>,
+}
+
+impl Default for ConnectSettings {
+    fn default() -> Self {
+        ConnectSettings {
+            allowed_ports: vec![443],
+        }
+    }
+}
+
+/// A reverse-proxy route: requests whose Host and path match go to `upstreams`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginRoute {
+    /// Host to match (case-insensitive, port ignored), or `"*"` for any.
+    pub host: String,
+    #[serde(default = "slash")]
+    pub path_prefix: String,
+    /// `http://host:port` URLs, tried in turn (round robin, failing over on connect errors).
+    pub upstreams: Vec<String>,
+}
+
+fn slash() -> String {
+    "/".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// `"-"` for standard output, a path to append to, or `""` for none.
+    pub access: String,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings { access: "-".into() }
+    }
+}
+
+/// Everything the proxy needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listeners: Vec<ListenerSettings>,
+    pub access: AccessSettings,
+    pub cache: CacheSettings,
+    pub limits: LimitSettings,
+    pub timeouts: TimeoutSettings,
+    pub origin_pool: PoolSettings,
+    pub connect: ConnectSettings,
+    pub origins: Vec<OriginRoute>,
+    pub log: LogSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listeners: vec![ListenerSettings {
+                addr: "127.0.0.1:3128".parse().expect("static"),
+                mode: Mode::Forward,
+            }],
+            access: AccessSettings::default(),
+            cache: CacheSettings::default(),
+            limits: LimitSettings::default(),
+            timeouts: TimeoutSettings::default(),
+            origin_pool: PoolSettings::default(),
+            connect: ConnectSettings::default(),
+            origins: Vec::new(),
+            log: LogSettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// Checks what types alone can't: routes name usable upstreams, limits are sane.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.listeners.is_empty() {
+            return Err("listener: at least one listener is needed".into());
+        }
+        for (i, r) in self.origins.iter().enumerate() {
+            if r.upstreams.is_empty() {
+                return Err(format!(
+                    "origin[{i}].upstreams: at least one upstream is needed"
+                ));
+            }
+            if !r.path_prefix.starts_with('/') {
+                return Err(format!("origin[{i}].path_prefix: must start with '/'"));
+            }
+            for u in &r.upstreams {
+                crate::route::Upstream::parse(u)
+                    .map_err(|e| format!("origin[{i}].upstreams: {u:?}: {e}"))?;
+            }
+        }
+        if self.listeners.iter().any(|l| l.mode == Mode::Reverse) && self.origins.is_empty() {
+            return Err("origin: a reverse listener needs at least one [[origin]] route".into());
+        }
+        if self.cache.memory < 1 << 20 {
+            return Err("cache.memory: at least 1MiB".into());
+        }
+        if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
+            return Err("cache.heuristic_fraction: must be between 0 and 1".into());
+        }
+        if self.limits.max_headers == 0 || self.limits.max_headers > 256 {
+            return Err("limits.max_headers: must be between 1 and 256".into());
+        }
+        if self.limits.max_head_bytes < 1024 {
+            return Err("limits.max_head_bytes: at least 1024".into());
+        }
+        if self.origin_pool.max_per_origin == 0 {
+            return Err("origin_pool.max_per_origin: at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses `"64KiB"`, `"256MiB"`, `"1GiB"`, `"10MB"`, `"512"` or a bare integer.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(format!("invalid size unit in {s:?} (use B, KiB, MiB, GiB)")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+/// Parses `"250ms"`, `"5s"`, `"2m"`, `"1h"` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86_400.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m, h, d)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrStr {
+    Num(u64),
+    Str(String),
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match NumOrStr::deserialize(d)? {
+        NumOrStr::Num(n) => Ok(n),
+        NumOrStr::Str(s) => parse_size(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    match NumOrStr::deserialize(d)? {
+        NumOrStr::Num(n) => Ok(Duration::from_secs(n)),
+        NumOrStr::Str(s) => parse_duration(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_eviction<'de, D: Deserializer<'de>>(d: D) -> Result<trove_store::EvictionKind, D::Error> {
+    let s = String::deserialize(d)?;
+    trove_store::EvictionKind::parse(&s).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown eviction policy {s:?} (use \"s3-fifo\" or \"lru\")"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("12 parsecs").is_err());
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! What every connection shares: settings, the store, the origin pool, metrics, the log.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use trove_http::Policy;
+use trove_store::MemoryStore;
+
+use crate::access_log::AccessLog;
+use crate::acl::Acl;
+use crate::cache::collapse::InFlight;
+use crate::metrics::{Metrics, StoreFigures};
+use crate::origin::Pool;
+use crate::route::Routes;
+use crate::settings::{Mode, Settings};
+
+/// Shared state of one running proxy.
+pub struct Shared {
+    pub settings: Settings,
+    pub acl: Acl,
+    pub purge_acl: Acl,
+    pub routes: Routes,
+    pub store: Arc<MemoryStore>,
+    pub pool: Arc<Pool>,
+    pub metrics: Arc<Metrics>,
+    pub log: AccessLog,
+    forward_policy: Policy,
+    reverse_policy: Policy,
+    /// Fetches in progress, by cache key, that later requests may join.
+    pub inflight: Mutex<HashMap<String, Arc<InFlight>>>,
+    /// This instance's name in `Via` (and loop detection).
+    pub via_name: String,
+    pub via: HeaderValue,
+    /// Requests allowed to wait on origins at once; past this, 503 at once.
+    pub origin_slots: Arc<Semaphore>,
+}
+
+impl Shared {
+    /// Builds the shared state; must run inside a tokio runtime (the pool starts a reaper).
+    pub fn new(settings: Settings) -> std::io::Result<Shared> {
+        let metrics = Arc::new(Metrics::default());
+        let c = &settings.cache;
+        let store = Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
+        let pool = Pool::new(
+            settings.origin_pool.max_per_origin,
+            settings.origin_pool.idle_timeout,
+            settings.timeouts.connect,
+            Arc::clone(&metrics),
+        );
+        let log = AccessLog::open(&settings.log.access)?;
+        let base = Policy {
+            heuristic_fraction: c.heuristic_fraction,
+            heuristic_max: c.heuristic_max,
+            ..Policy::default()
+        };
+        let reverse_policy = Policy {
+            targeted_fields: Policy::reverse_proxy().targeted_fields,
+            ..base.clone()
+        };
+        let via_name = format!(
+            "trove-{:04x}",
+            std::process::id() as u16 ^ (rand_seed() as u16)
+        );
+        let via = HeaderValue::from_str(&format!("1.1 {via_name}")).expect("ascii");
+        Ok(Shared {
+            acl: Acl::new(&settings.access.allow),
+            purge_acl: Acl::new(&settings.access.purge),
+            routes: Routes::new(&settings.origins),
+            origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
+            settings,
+            store,
+            pool,
+            metrics,
+            log,
+            forward_policy: base,
+            reverse_policy,
+            inflight: Mutex::new(HashMap::new()),
+            via_name,
+            via,
+        })
+    }
+
+    /// The caching policy for requests arriving on a listener of `mode`: reverse listeners
+    /// also obey the targeted fields `Trove-Cache-Control` and `CDN-Cache-Control`.
+    pub fn policy(&self, mode: Mode) -> &Policy {
+        match mode {
+            Mode::Forward => &self.forward_policy,
+            Mode::Reverse => &self.reverse_policy,
+        }
+    }
+
+    /// The Prometheus text of all metrics.
+    pub fn render_metrics(&self) -> String {
+        let s = self.store.stats();
+        self.metrics.render(StoreFigures {
+            bytes: s.bytes,
+            capacity: s.capacity,
+            objects: s.objects,
+            evictions: s.evictions,
+            log_dropped: self.log.dropped(),
+        })
+    }
+}
+
+fn rand_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish()
+}

@@ -1,0 +1,161 @@
+//! trove's TOML config file. Every section is optional and every key has a safe default;
+//! unknown keys and bad values are refused at start-up with a message naming the key.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+use trove_proxy::settings::{
+    AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
+    OriginRoute, PoolSettings, TimeoutSettings,
+};
+use trove_proxy::Settings;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSettings {
+    /// Where `/metrics` and the status page are served; `""` turns the listener off.
+    pub listen: String,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            listen: "127.0.0.1:9090".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSettings {
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub listener: Vec<ListenerSettings>,
+    pub access: AccessSettings,
+    pub cache: CacheSettings,
+    pub limits: LimitSettings,
+    pub timeouts: TimeoutSettings,
+    pub origin_pool: PoolSettings,
+    pub connect: ConnectSettings,
+    pub origin: Vec<OriginRoute>,
+    pub log: LogSettings,
+    pub admin: AdminSettings,
+    pub runtime: RuntimeSettings,
+}
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))
+    }
+
+    /// Parses and checks config text.
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        config
+            .proxy_settings()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        config.admin_addr()?;
+        Ok(config)
+    }
+
+    /// The admin listener address, if enabled.
+    pub fn admin_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        if self.admin.listen.is_empty() {
+            return Ok(None);
+        }
+        self.admin
+            .listen
+            .parse()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("admin.listen: invalid address {:?}", self.admin.listen))
+    }
+
+    /// The proxy's part of the config. No listener configured means the default forward
+    /// proxy on 127.0.0.1:3128.
+    pub fn proxy_settings(&self) -> Settings {
+        let defaults = Settings::default();
+        Settings {
+            listeners: if self.listener.is_empty() {
+                defaults.listeners
+            } else {
+                self.listener.clone()
+            },
+            access: self.access.clone(),
+            cache: self.cache.clone(),
+            limits: self.limits.clone(),
+            timeouts: self.timeouts.clone(),
+            origin_pool: self.origin_pool.clone(),
+            connect: self.connect.clone(),
+            origins: self.origin.clone(),
+            log: self.log.clone(),
+        }
+    }
+}
+
+/// A commented example config, printed by `trove serve --print-config`.
+pub const EXAMPLE: &str = include_str!("../../../trove.example.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trove_proxy::Mode;
+
+    #[test]
+    fn empty_file_gives_the_defaults() {
+        let c = Config::parse("").unwrap();
+        let s = c.proxy_settings();
+        assert_eq!(s.listeners[0].addr.to_string(), "127.0.0.1:3128");
+        assert_eq!(s.listeners[0].mode, Mode::Forward);
+        assert_eq!(s.cache.memory, 256 << 20);
+        assert_eq!(
+            c.admin_addr().unwrap().unwrap().to_string(),
+            "127.0.0.1:9090"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = Config::parse("[cache]\nmemroy = \"1GiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memroy"), "{e}");
+        let e = Config::parse("colour = 1\n").unwrap_err().to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let e = Config::parse("[cache]\nmemory = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory"), "{e}");
+        let e = Config::parse("[[listener]]\naddr = \"127.0.0.1:1\"\nmode = \"sideways\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sideways") || e.contains("mode"), "{e}");
+        let e = Config::parse("[[listener]]\naddr = \"127.0.0.1:1\"\nmode = \"reverse\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("origin"), "{e}");
+        let e = Config::parse("[[origin]]\nhost = \"*\"\nupstreams = [\"https://x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("upstreams"), "{e}");
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        Config::parse(EXAMPLE).unwrap();
+    }
+}
