@@ -326,7 +326,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => n * 60.0,
         "h" => n * 3600.0,
         "d" => n * 86_400.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m, h, d)")),
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?} (use ms, s, m, h, d)"
+            ))
+        }
     };
     Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
 }

@@ -380,7 +380,20 @@ async fn refetch(cx: &Ctx<'_>, stale: Option<Arc<Object>>, outcome: Outcome) -> 
         true,
     )
     .await;
+    let now = fetch::now();
+    let stale_ok =
+        |obj: &Object| stale_if_error_allows(cx.policy, &stored_view(obj), &cx.req.headers, now);
     match resp {
+        Ok(resp) if resp.status.is_server_error() && stale.as_deref().is_some_and(stale_ok) => {
+            tokio::spawn(fetch::discard(resp));
+            let obj = stale.expect("checked above");
+            hit(
+                cx,
+                &obj,
+                Outcome::RefreshFailOld,
+                "hit; fwd=stale; detail=stale-if-error",
+            )
+        }
         Ok(resp) => from_origin(cx, resp, None, outcome, "fwd=stale"),
         Err(e) => {
             if let Some(obj) = stale {

@@ -9,7 +9,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 use crate::origin::fetch::OriginError;
@@ -34,7 +34,8 @@ pub struct PooledConn {
 /// See the module docs.
 pub struct Pool {
     idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
-    limits: Mutex<HashMap<Upstream, Arc<Semaphore>>>,
+    /// Per origin: the connection limit and a signal that an idle connection came back.
+    limits: Mutex<HashMap<Upstream, (Arc<Semaphore>, Arc<Notify>)>>,
     max_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -80,30 +81,33 @@ impl Pool {
         idle.retain(|_, v| !v.is_empty());
     }
 
-    fn semaphore(&self, key: &Upstream) -> Arc<Semaphore> {
+    fn limit(&self, key: &Upstream) -> (Arc<Semaphore>, Arc<Notify>) {
         self.limits
             .lock()
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.max_per_origin)))
+            .or_insert_with(|| {
+                (
+                    Arc::new(Semaphore::new(self.max_per_origin)),
+                    Arc::new(Notify::new()),
+                )
+            })
             .clone()
     }
 
-    /// An idle connection to `key` if one is usable, else a new one (waiting up to the
-    /// connect timeout for a slot under the per-origin limit).
-    pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
+    /// A usable idle connection to `key`, if any.
+    async fn take_idle(&self, key: &Upstream) -> Option<PooledConn> {
         loop {
-            let candidate = {
+            let mut c = {
                 let mut idle = self.idle.lock();
                 idle.get_mut(key).and_then(|v| v.pop())
-            };
-            let Some(mut c) = candidate else { break };
+            }?;
             if c.since.elapsed() >= self.idle_timeout || c.sender.is_closed() {
                 continue;
             }
             // A pooled connection the origin closed meanwhile fails here, not mid-request.
             if c.sender.ready().await.is_ok() {
                 self.metrics.origin_reused.fetch_add(1, Ordering::Relaxed);
-                return Ok(PooledConn {
+                return Some(PooledConn {
                     sender: c.sender,
                     reused: true,
                     permit: c.permit,
@@ -111,11 +115,36 @@ impl Pool {
                 });
             }
         }
-        let sem = self.semaphore(key);
-        let permit = tokio::time::timeout(self.connect_timeout, sem.acquire_owned())
-            .await
-            .map_err(|_| OriginError::PoolExhausted)?
-            .map_err(|_| OriginError::PoolExhausted)?;
+    }
+
+    /// An idle connection to `key` if one is usable, else a new one. At the per-origin
+    /// limit, waits (up to the connect timeout) for whichever comes first: a connection
+    /// coming back idle, or a slot freed by one closing.
+    pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
+        let (sem, returned) = self.limit(key);
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let permit = loop {
+            if let Some(c) = self.take_idle(key).await {
+                return Ok(c);
+            }
+            if let Ok(p) = Arc::clone(&sem).try_acquire_owned() {
+                break p;
+            }
+            let notified = returned.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.idle.lock().get(key).is_some_and(|v| !v.is_empty()) {
+                continue;
+            }
+            tokio::select! {
+                p = Arc::clone(&sem).acquire_owned() => match p {
+                    Ok(p) => break p,
+                    Err(_) => return Err(OriginError::PoolExhausted),
+                },
+                _ = &mut notified => continue,
+                _ = tokio::time::sleep_until(deadline) => return Err(OriginError::PoolExhausted),
+            }
+        };
         let stream = tokio::time::timeout(
             self.connect_timeout,
             TcpStream::connect((key.host.as_str(), key.port)),
@@ -150,11 +179,13 @@ impl Pool {
         if conn.sender.is_closed() {
             return;
         }
+        let (_, returned) = self.limit(&conn.key);
         self.idle.lock().entry(conn.key).or_default().push(Idle {
             sender: conn.sender,
             permit: conn.permit,
             since: Instant::now(),
         });
+        returned.notify_one();
     }
 
     /// Idle connections held, for tests and the status page.

@@ -1,0 +1,208 @@
+//! The origin side: pooled persistent connections, limits, timeouts, and origins that
+//! refuse, hang, reset or lie.
+
+mod kit;
+
+use std::time::Duration;
+
+use kit::{respond, Action, Origin, Trove};
+
+#[tokio::test]
+async fn origin_connections_are_reused_across_clients() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"uncached")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    for i in 0..5 {
+        // A new client connection each time: the origin connection is still reused.
+        let r = kit::get(&trove, &format!("/{i}"), &[]).await;
+        assert_eq!(r.text(), "uncached");
+    }
+    assert_eq!(origin.connections(), 1);
+    assert_eq!(trove.metric("trove_origin_connections_opened_total"), 1.0);
+    assert_eq!(trove.metric("trove_origin_connections_reused_total"), 4.0);
+}
+
+#[tokio::test]
+async fn origin_that_closes_each_connection_still_works() {
+    let origin = Origin::start(|_, _| {
+        Action::RawClose(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_vec(),
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    for i in 0..3 {
+        assert_eq!(kit::get(&trove, &format!("/{i}"), &[]).await.text(), "ok");
+    }
+    assert_eq!(origin.connections(), 3);
+}
+
+#[tokio::test]
+async fn per_origin_connection_limit_is_kept() {
+    let origin = Origin::start(|_, _| Action::Slow {
+        head: b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n".to_vec(),
+        pieces: vec![b"x".to_vec()],
+        pause: Duration::from_millis(100),
+    })
+    .await;
+    let trove =
+        std::sync::Arc::new(Trove::reverse(&origin, |s| s.origin_pool.max_per_origin = 2).await);
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let t = trove.clone();
+        tasks.push(tokio::spawn(async move {
+            kit::get(&t, &format!("/{i}"), &[]).await.status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert!(
+        origin.connections() <= 2,
+        "{} connections",
+        origin.connections()
+    );
+}
+
+#[tokio::test]
+async fn refused_connection_gives_502() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again: nothing listens there
+    let trove = Trove::forward(|_| {}).await;
+    let r = kit::get(&trove, &format!("http://127.0.0.1:{port}/"), &[]).await;
+    assert_eq!(r.status, 502);
+    assert!(r.text().contains("cannot connect"));
+    assert_eq!(trove.metric("trove_origin_errors_total"), 1.0);
+}
+
+#[tokio::test]
+async fn hanging_origin_gives_504_after_the_response_timeout() {
+    let origin = Origin::start(|_, _| Action::Hang).await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.timeouts.origin_response = Duration::from_millis(300)
+    })
+    .await;
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!(r.status, 504);
+}
+
+#[tokio::test]
+async fn reset_before_response_gives_502() {
+    let origin = Origin::start(|_, _| Action::Reset).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.status, 502);
+}
+
+#[tokio::test]
+async fn malformed_response_gives_502() {
+    let origin = Origin::start(|_, _| Action::RawClose(b"NOT HTTP AT ALL\r\n\r\n".to_vec())).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.status, 502);
+}
+
+#[tokio::test]
+async fn origin_sending_less_than_content_length_is_not_stored_and_client_sees_truncation() {
+    let origin = Origin::start(|_, _| {
+        Action::RawClose(
+            b"HTTP/1.1 200 OK\r\ncache-control: max-age=60\r\ncontent-length: 100\r\n\r\nonly-this"
+                .to_vec(),
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let mut c = trove.client().await;
+    c.send(b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    // The client must not get a complete 100-byte body: the connection is closed instead.
+    assert!(c.read_response(false).await.is_none());
+    // And nothing torn was stored: the next request goes to the origin again.
+    let mut c = trove.client().await;
+    c.send(b"GET /short HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(c.read_response(false).await.is_none());
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn origin_sending_more_than_content_length_does_not_leak_into_the_next_response() {
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            Action::Raw(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA-GARBAGE".to_vec())
+        } else {
+            respond(200, &[], b"second")
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    assert_eq!(kit::get(&trove, "/1", &[]).await.text(), "ok");
+    let r = kit::get(&trove, "/2", &[]).await;
+    assert!(r.status == 200 || r.status == 502, "status {}", r.status);
+    assert!(!r.text().contains("EXTRA"));
+}
+
+#[tokio::test]
+async fn silent_origin_mid_body_is_cut_off_after_the_body_timeout() {
+    let origin = Origin::start(|_, _| Action::Slow {
+        head: b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc".to_vec(),
+        pieces: vec![b"defghij".to_vec()],
+        pause: Duration::from_secs(30),
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.timeouts.origin_body = Duration::from_millis(200)
+    })
+    .await;
+    let mut c = trove.client().await;
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        c.read_response(false).await.is_none(),
+        "truncated body ends the connection"
+    );
+}
+
+#[tokio::test]
+async fn upstreams_fail_over_on_connect_errors() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let origin = Origin::start(|_, _| respond(200, &[], b"alive")).await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.origins[0].upstreams = vec![format!("http://{dead}"), format!("http://{}", origin.addr)];
+    })
+    .await;
+    for _ in 0..3 {
+        assert_eq!(kit::get(&trove, "/", &[]).await.text(), "alive");
+    }
+}
+
+#[tokio::test]
+async fn obs_fold_in_a_response_is_unfolded_9112_5_2() {
+    let origin = Origin::start(|_, _| {
+        Action::Raw(b"HTTP/1.1 200 OK\r\nx-folded: a\r\n b\r\ncontent-length: 2\r\n\r\nok".to_vec())
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.header("x-folded").unwrap_or("").contains('\n'));
+}
+
+#[tokio::test]
+async fn request_headers_reach_the_origin_with_host_and_via() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"")).await;
+    let trove = Trove::forward(|_| {}).await;
+    kit::get(&trove, &origin.url("/h?q=1"), &[("x-custom", "yes")]).await;
+    let seen = &origin.seen()[0];
+    assert_eq!(seen.path, "/h?q=1", "origin-form to the origin");
+    assert_eq!(seen.header("host"), Some(origin.addr.to_string().as_str()));
+    assert_eq!(seen.header("x-custom"), Some("yes"));
+    assert!(seen.header("via").unwrap().contains("trove"));
+}
+
+#[tokio::test]
+async fn forwarding_loop_is_detected() {
+    let trove = Trove::forward(|_| {}).await;
+    let self_url = format!("http://{}/loop", trove.addr);
+    let r = kit::get(&trove, &self_url, &[]).await;
+    assert_eq!(r.status, 508);
+}
