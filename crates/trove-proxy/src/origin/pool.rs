@@ -31,11 +31,14 @@ pub struct PooledConn {
     key: Upstream,
 }
 
+/// One origin's connection limit, and the signal that one of its connections came back idle.
+type Limit = (Arc<Semaphore>, Arc<Notify>);
+
 /// See the module docs.
 pub struct Pool {
     idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
     /// Per origin: the connection limit and a signal that an idle connection came back.
-    limits: Mutex<HashMap<Upstream, (Arc<Semaphore>, Arc<Notify>)>>,
+    limits: Mutex<HashMap<Upstream, Limit>>,
     max_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -81,7 +84,7 @@ impl Pool {
         idle.retain(|_, v| !v.is_empty());
     }
 
-    fn limit(&self, key: &Upstream) -> (Arc<Semaphore>, Arc<Notify>) {
+    fn limit(&self, key: &Upstream) -> Limit {
         self.limits
             .lock()
             .entry(key.clone())
