@@ -1,0 +1,195 @@
+//! The `trove` program as a user runs it: started from the command line with a config file,
+//! used as a forward proxy, watched through its access log and `/metrics`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Running {
+    child: Child,
+    proxy: String,
+    admin: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn temp_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "trove-bin-test-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Starts `trove serve` and reads the bound addresses it prints on stderr.
+fn start(config: &str) -> Running {
+    let dir = temp_dir();
+    let path = dir.join("trove.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trove"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut proxy, mut admin) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (proxy.is_empty() || admin.is_empty()) && Instant::now() < deadline {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if let Some(a) = line.trim().strip_prefix("listening forward ") {
+            proxy = a.to_string();
+        }
+        if let Some(a) = line.trim().strip_prefix("admin listening ") {
+            admin = a.to_string();
+        }
+    }
+    assert!(
+        !proxy.is_empty() && !admin.is_empty(),
+        "trove printed its addresses"
+    );
+    Running {
+        child,
+        proxy,
+        admin,
+    }
+}
+
+/// An origin answering every request with a cacheable body; counts requests.
+fn origin() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut tmp) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                    buf.drain(..end + 4);
+                    h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let body = "hello from the origin\n";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncache-control: max-age=300\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(resp.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hits)
+}
+
+/// One request on a new connection; returns the whole response text.
+fn request(addr: &str, raw: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn wait_for(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
+    let (origin, hits) = origin();
+    let dir = temp_dir();
+    let log = dir.join("access.log");
+    let trove = start(&format!(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess = \"{}\"\n",
+        log.display()
+    ));
+    let req =
+        format!("GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n");
+    let first = request(&trove.proxy, &req);
+    let second = request(&trove.proxy, &req);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(second.ends_with("hello from the origin\n"), "{second}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(wait_for(|| std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        >= 2));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains(" TCP_MISS/200 "), "{}", lines[0]);
+    assert!(lines[1].contains(" TCP_MEM_HIT/200 "), "{}", lines[1]);
+    assert!(lines[1].contains(&format!("GET http://{origin}/page")));
+
+    let metrics = request(
+        &trove.admin,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(metrics.contains("trove_hits_total 1"), "{metrics}");
+    let page = request(
+        &trove.admin,
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(page.contains("Document hit ratio"));
+}
+
+#[test]
+fn unknown_config_key_is_refused_with_its_name() {
+    let dir = temp_dir();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[cache]\nmemroy = \"1GiB\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memroy"), "{err}");
+}
+
+#[test]
+fn check_accepts_the_shipped_example_config() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../trove.example.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+        .args(["serve", "--check", "--config", example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
