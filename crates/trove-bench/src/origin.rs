@@ -59,8 +59,8 @@ impl OriginConfig {
             s.think_sd_s
         };
         let think = (mean > 0.0).then(|| Normal::new(mean, sd)).transpose()?;
-        let replies_zipf =
-            (s.conn_replies_zipf > 1).then(|| Zipf::new(s.conn_replies_zipf, 1.0).expect("n >= 1"));
+        let replies_zipf = (s.conn_replies_zipf >= 1)
+            .then(|| Zipf::new(s.conn_replies_zipf, 1.0).expect("n >= 1"));
         let now = SystemTime::now();
         let year = Duration::from_secs(365 * 86400);
         let date = |t| HeaderValue::from_str(&httpdate::fmt_http_date(t)).expect("ascii date");

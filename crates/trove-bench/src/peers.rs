@@ -119,6 +119,8 @@ pub fn start(
             let o = format!("http://{origin}/");
             std::fs::write(dir.join("remap.config"), format!("map {o} {o}\n"))?;
             std::fs::write(dir.join("storage.config"), format!("{d}/cache.db 256M\n"))?;
+            // Traffic Server opens, but does not create, its cache file.
+            std::fs::File::create(dir.join("cache.db"))?.set_len(256 << 20)?;
             env.push(("PROXY_CONFIG_CONFIG_DIR", d.clone()));
             env.push(("TS_ROOT", d.clone()));
             vec![bin]

@@ -417,7 +417,7 @@ pub fn summary_table(reports: &[Report]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<12} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8} {:>7}",
+        "{:<14} {:>6} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8} {:>7}",
         "product",
         "phase",
         "req/s",
@@ -434,7 +434,7 @@ pub fn summary_table(reports: &[Report]) -> String {
         let p = r.summary_phase();
         let _ = writeln!(
             o,
-            "{:<12} {:>6} {:>9.1} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8.2} {:>7}",
+            "{:<14} {:>6} {:>9.1} {:>9} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8.2} {:>7}",
             r.label,
             p.name,
             p.achieved_rate,

@@ -230,7 +230,7 @@ fn robot_thread(
             idle: RefCell::new(Vec::new()),
         })
         .collect();
-    let conn_zipf = (w.robots.conn_requests_zipf > 1)
+    let conn_zipf = (w.robots.conn_requests_zipf >= 1)
         .then(|| Zipf::new(w.robots.conn_requests_zipf, 1.0).expect("n >= 1"));
     let local = tokio::task::LocalSet::new();
     let stats = local.block_on(&rt, async move {
@@ -531,7 +531,14 @@ async fn exchange(
         conn.left = conn.left.saturating_sub(1);
         if conn.left > 0 && !close {
             let mut idle = robot.idle.borrow_mut();
-            if idle.len() >= plan.workload.robots.conn_limit as usize {
+            // The limit is per robot and server: straight to several servers a robot keeps
+            // idle connections to each, as a browser does; through a proxy there is one.
+            let dests = if plan.mode == Mode::Direct {
+                plan.origins.len()
+            } else {
+                1
+            };
+            if idle.len() >= plan.workload.robots.conn_limit as usize * dests {
                 idle.remove(0);
             }
             idle.push(conn);

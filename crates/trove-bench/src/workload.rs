@@ -29,9 +29,9 @@ pub enum Popularity {
 pub struct Robots {
     /// Mean request rate of one robot, req/s; the robot count is peak rate / this.
     pub rate: f64,
-    /// Connections one robot may have open at once.
+    /// Connections one robot may have open at once to one server (or to the proxy).
     pub conn_limit: u32,
-    /// A robot closes a connection after a Zipf(n)-distributed number of requests.
+    /// A robot closes a connection after a Zipf(n)-distributed number of requests (0: never).
     pub conn_requests_zipf: u64,
 }
 
@@ -45,7 +45,7 @@ pub struct Servers {
     pub think_mean_s: f64,
     /// Standard deviation of the think time, seconds.
     pub think_sd_s: f64,
-    /// A server closes a connection after a Zipf(n)-distributed number of replies.
+    /// A server closes a connection after a Zipf(n)-distributed number of replies (0: never).
     pub conn_replies_zipf: u64,
     /// A server closes a connection idle this long, seconds.
     pub idle_timeout_s: f64,
@@ -165,18 +165,10 @@ impl Workload {
             self.robots.conn_limit >= 1,
             "robots.conn_limit must be >= 1"
         );
-        ensure!(
-            self.robots.conn_requests_zipf >= 1,
-            "robots.conn_requests_zipf must be >= 1"
-        );
         ensure!(self.servers.count >= 1, "servers.count must be >= 1");
         ensure!(
             self.servers.think_mean_s >= 0.0 && self.servers.think_sd_s >= 0.0,
             "servers think time must not be negative"
-        );
-        ensure!(
-            self.servers.conn_replies_zipf >= 1,
-            "servers.conn_replies_zipf must be >= 1"
         );
         ensure!(
             self.servers.idle_timeout_s > 0.0,

@@ -24,12 +24,12 @@ fn run(args: &str) -> Report {
 #[test]
 fn no_proxy_run_offers_the_configured_hit_ratio_and_sees_no_hits() {
     let r = run(
-        "run --workload datacomm-1 --scale 0.001 --rate 4000 --think 0 --robots 40 \
-                 --max-requests 16000 --quiet",
+        "run --workload datacomm-1 --scale 0.002 --rate 6000 --think 0 --robots 40 \
+                 --max-requests 30000 --world 5eed --quiet",
     );
     let t = &r.total;
     assert_eq!(t.errors, 0, "{:?}", t.errors_by_kind);
-    assert!(t.requests >= 15_000, "only {} requests", t.requests);
+    assert!(t.requests >= 29_000, "only {} requests", t.requests);
     assert_eq!(
         t.hits, 0,
         "straight to the servers, every response is a miss"
