@@ -2,14 +2,18 @@
 //! `time elapsed client code/status bytes method URL user hierarchy/peer type`,
 //! so Squid's log tools and `trove sim` read it as they read Squid's.
 //!
-//! Lines are handed to a writer thread through a bounded channel, so a slow disk never
-//! stalls a request; if the channel is full the line is dropped and counted.
+//! Lines are appended to an in-memory buffer that a writer thread swaps out and writes every
+//! [`FLUSH_EVERY`], so a request costs no system call and no thread wake-up; a slow disk never
+//! stalls a request. If the buffer grows past [`MAX_BUFFER`] lines are dropped and counted.
+//! `kill -9` loses at most the last interval of lines.
 
 use std::io::Write;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 use crate::outcome::Outcome;
 
@@ -29,13 +33,21 @@ pub struct LogRecord<'a> {
     pub content_type: &'a str,
 }
 
+/// How often buffered lines are written out.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// Most bytes buffered between writes.
+pub const MAX_BUFFER: usize = 16 << 20;
+
 /// Formats one line (without the newline).
 pub fn format_line(r: &LogRecord<'_>) -> String {
-    let ts = r
-        .start
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64();
+    let mut out = String::with_capacity(160);
+    write_line(&mut out, r);
+    out
+}
+
+fn write_line(out: &mut String, r: &LogRecord<'_>) {
+    use std::fmt::Write as _;
+    let since = r.start.duration_since(UNIX_EPOCH).unwrap_or_default();
     let (hier, peer) = match r.peer {
         Some(p) => ("HIER_DIRECT", p),
         None => ("HIER_NONE", "-"),
@@ -46,18 +58,20 @@ pub fn format_line(r: &LogRecord<'_>) -> String {
         r.content_type
     };
     // URLs and types come from the network: never let them break the line format.
-    let url = sanitize(r.url);
-    let ct = sanitize(ct);
-    format!(
-        "{ts:.3} {:>6} {} {}/{:03} {} {} {} - {hier}/{peer} {ct}",
+    let _ = write!(
+        out,
+        "{}.{:03} {:>6} {} {}/{:03} {} {} {} - {hier}/{peer} {}",
+        since.as_secs(),
+        since.subsec_millis(),
         r.elapsed.as_millis(),
         r.client,
         r.outcome.as_str(),
         r.status,
         r.bytes,
         r.method,
-        url,
-    )
+        sanitize(r.url),
+        sanitize(ct),
+    );
 }
 
 fn sanitize(s: &str) -> std::borrow::Cow<'_, str> {
@@ -71,20 +85,34 @@ fn sanitize(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+struct Inner {
+    buf: Mutex<String>,
+    stop: AtomicBool,
+}
+
 /// Where log lines go.
-#[derive(Debug)]
 pub struct AccessLog {
-    tx: Option<SyncSender<String>>,
+    inner: Option<Arc<Inner>>,
+    writer: Option<std::thread::JoinHandle<()>>,
     dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLog")
+            .field("enabled", &self.inner.is_some())
+            .finish()
+    }
 }
 
 impl AccessLog {
     /// `"-"`: standard output; `""`: nowhere; otherwise a file opened for appending.
     pub fn open(target: &str) -> std::io::Result<AccessLog> {
-        let out: Box<dyn Write + Send> = match target {
+        let mut out: Box<dyn Write + Send> = match target {
             "" => {
                 return Ok(AccessLog {
-                    tx: None,
+                    inner: None,
+                    writer: None,
                     dropped: AtomicU64::new(0),
                 })
             }
@@ -96,40 +124,65 @@ impl AccessLog {
                     .open(path)?,
             ),
         };
-        let (tx, rx) = sync_channel::<String>(65_536);
-        std::thread::Builder::new()
+        let inner = Arc::new(Inner {
+            buf: Mutex::new(String::with_capacity(64 * 1024)),
+            stop: AtomicBool::new(false),
+        });
+        let writer = Arc::clone(&inner);
+        let handle = std::thread::Builder::new()
             .name("trove-access-log".into())
             .spawn(move || {
-                let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
-                while let Ok(line) = rx.recv() {
-                    let _ = out.write_all(line.as_bytes());
-                    // Drain what is queued, then flush: lines reach the file within one
-                    // batch without a write per request under load.
-                    while let Ok(line) = rx.try_recv() {
-                        let _ = out.write_all(line.as_bytes());
+                let mut spare = String::with_capacity(64 * 1024);
+                loop {
+                    let stopping = writer.stop.load(Ordering::Acquire);
+                    std::mem::swap(&mut *writer.buf.lock(), &mut spare);
+                    if !spare.is_empty() {
+                        let _ = out.write_all(spare.as_bytes());
+                        let _ = out.flush();
+                        spare.clear();
                     }
-                    let _ = out.flush();
+                    if stopping {
+                        return;
+                    }
+                    std::thread::park_timeout(FLUSH_EVERY);
                 }
             })?;
         Ok(AccessLog {
-            tx: Some(tx),
+            inner: Some(inner),
+            writer: Some(handle),
             dropped: AtomicU64::new(0),
         })
     }
 
-    /// Queues one line.
+    /// Appends one line.
     pub fn log(&self, r: &LogRecord<'_>) {
-        let Some(tx) = &self.tx else { return };
-        let mut line = format_line(r);
-        line.push('\n');
-        if let Err(TrySendError::Full(_)) = tx.try_send(line) {
+        let Some(inner) = &self.inner else { return };
+        let mut buf = inner.buf.lock();
+        if buf.len() > MAX_BUFFER {
+            drop(buf);
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
         }
+        write_line(&mut buf, r);
+        buf.push('\n');
     }
 
     /// Lines dropped because the writer fell behind.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        // Write what is buffered before going away.
+        if let Some(inner) = &self.inner {
+            inner.stop.store(true, Ordering::Release);
+        }
+        if let Some(w) = self.writer.take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
     }
 }
 

@@ -29,6 +29,8 @@ pub enum ReplyBody {
 pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
+    /// More header fields, already encoded as wire lines (a stored response's, on hits).
+    pub wire: Option<Bytes>,
     pub body: ReplyBody,
     pub outcome: Outcome,
     /// The origin contacted (`host:port`) for the access log.
@@ -57,6 +59,7 @@ impl Reply {
         Reply {
             status,
             headers,
+            wire: None,
             body: ReplyBody::Bytes(Bytes::from(body)),
             outcome,
             peer: None,

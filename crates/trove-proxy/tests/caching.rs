@@ -31,6 +31,29 @@ async fn max_age_response_is_reused_while_fresh_9111_4_2() {
 }
 
 #[tokio::test]
+async fn hit_carries_the_stored_header_fields_9111_4() {
+    let (_, _, r) = twice(&[
+        ("cache-control", "max-age=60"),
+        ("x-origin", "kept"),
+        ("content-type", "text/x-test"),
+        ("etag", "\"t\""),
+    ])
+    .await;
+    assert_eq!(r.header("x-origin"), Some("kept"));
+    assert_eq!(r.header("content-type"), Some("text/x-test"));
+    assert_eq!(r.header("etag"), Some("\"t\""));
+    assert_eq!(r.header("cache-status"), Some("trove; hit"));
+    assert_eq!(r.header("content-length"), Some("6"));
+    assert_eq!(
+        r.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("age"))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
 async fn no_store_response_is_not_stored_9111_5_2_2_5() {
     let (origin, trove, r) = twice(&[("cache-control", "no-store, max-age=60")]).await;
     assert_eq!(origin.hits(), 2);

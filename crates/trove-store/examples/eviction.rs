@@ -29,6 +29,7 @@ fn head() -> ObjectHead {
         request_headers: HeaderMap::new(),
         request_time: SystemTime::UNIX_EPOCH,
         response_time: SystemTime::UNIX_EPOCH,
+        prepared: Default::default(),
     }
 }
 
@@ -60,7 +61,9 @@ fn main() {
     let mut rng = StdRng::seed_from_u64(42);
     let working_set: u64 = (0..OBJECTS).map(|id| size_of(id, 1) as u64).sum();
     let zipf = Zipf::new(OBJECTS, 0.9).expect("valid");
-    let skewed: Vec<u64> = (0..REQUESTS).map(|_| zipf.sample(&mut rng) as u64 - 1).collect();
+    let skewed: Vec<u64> = (0..REQUESTS)
+        .map(|_| zipf.sample(&mut rng) as u64 - 1)
+        .collect();
     let uniform: Vec<u64> = (0..REQUESTS).map(|_| rng.gen_range(0..OBJECTS)).collect();
     println!(
         "{OBJECTS} objects ({:.0} MiB), {REQUESTS} requests per run",

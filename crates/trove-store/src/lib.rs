@@ -24,4 +24,4 @@ mod object;
 pub use body::{Body, BodyError, BodyReader};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
 pub use memory::{MemoryStore, StoreStats};
-pub use object::{Object, ObjectHead};
+pub use object::{Object, ObjectHead, Prepared};

@@ -282,6 +282,7 @@ mod tests {
                 request_headers: HeaderMap::new(),
                 request_time: SystemTime::UNIX_EPOCH,
                 response_time: SystemTime::UNIX_EPOCH,
+                prepared: Default::default(),
             },
             Body::complete(Bytes::from(vec![b'x'; size])),
         )

@@ -1,8 +1,9 @@
 //! A stored response: an immutable head and a shared body.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use crate::body::Body;
@@ -19,6 +20,21 @@ pub struct ObjectHead {
     pub request_time: SystemTime,
     /// When the response was received (`response_time`).
     pub response_time: SystemTime,
+    /// Facts worked out once when the response was stored, so a hit need not re-derive them.
+    pub prepared: Prepared,
+}
+
+/// What the proxy derives from a stored head once, at store time, for cheap hits.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// The header fields as HTTP/1.1 wire lines (`name: value\r\n`), without the fields a
+    /// hit sets itself (see the proxy's `cache::prepare`).
+    pub wire: Bytes,
+    /// `Some` when reuse depends on age alone (no Vary, no no-cache…): the response is fresh
+    /// until this instant for a request without directives of its own.
+    pub fresh_until: Option<SystemTime>,
+    /// The corrected initial age (RFC 9111 §4.2.3), so `Age` = this + time since receipt.
+    pub initial_age: Duration,
 }
 
 /// One stored response: the primary key (the normalised URI), the variant key (the

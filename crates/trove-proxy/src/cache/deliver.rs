@@ -10,7 +10,7 @@ use trove_http::preconditions::{self, Precondition};
 use trove_store::Object;
 
 use crate::cache::headers::{cache_status, CACHE_STATUS};
-use crate::cache::range;
+use crate::cache::{prepare, range};
 use crate::client::head::RequestHead;
 use crate::outcome::Outcome;
 use crate::reply::{Reply, ReplyBody};
@@ -25,7 +25,11 @@ pub fn stored(
     peer: Option<String>,
 ) -> Reply {
     let head = &obj.head;
-    let age = trove_http::current_age(&head.headers, head.request_time, head.response_time, now);
+    let resident = now.duration_since(head.response_time).unwrap_or_default();
+    let age = head.prepared.initial_age.saturating_add(resident);
+    if prepare::unconditional(&req.headers) {
+        return plain(obj, req, age, outcome, status_detail, peer);
+    }
     let mut headers = head.headers.clone();
     headers.insert(header::AGE, trove_http::age_value(age));
     headers.insert(CACHE_STATUS, cache_status(status_detail));
@@ -47,6 +51,7 @@ pub fn stored(
             return Reply {
                 status: StatusCode::NOT_MODIFIED,
                 headers: h,
+                wire: None,
                 body: ReplyBody::Empty {
                     content_length: None,
                 },
@@ -83,6 +88,7 @@ pub fn stored(
         return Reply {
             status: head.status,
             headers,
+            wire: None,
             body: ReplyBody::Empty {
                 content_length: total,
             },
@@ -115,6 +121,60 @@ pub fn stored(
     Reply {
         status: head.status,
         headers,
+        wire: None,
+        body,
+        outcome,
+        peer,
+        close: false,
+    }
+}
+
+/// The common case: no conditionals or ranges to answer, so the stored header block goes out
+/// as pre-encoded, with only Content-Type, Age and Cache-Status set per hit.
+fn plain(
+    obj: &Arc<Object>,
+    req: &RequestHead,
+    age: std::time::Duration,
+    outcome: Outcome,
+    status_detail: &str,
+    peer: Option<String>,
+) -> Reply {
+    let head = &obj.head;
+    let mut headers = http::HeaderMap::with_capacity(4);
+    if let Some(ct) = head.headers.get(header::CONTENT_TYPE) {
+        headers.insert(header::CONTENT_TYPE, ct.clone());
+    }
+    headers.insert(header::AGE, trove_http::age_value(age));
+    headers.insert(CACHE_STATUS, cache_status(status_detail));
+    if head.status == StatusCode::OK && !head.headers.contains_key(header::ACCEPT_RANGES) {
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    }
+    let outcome = if outcome == Outcome::MemHit && head.status.as_u16() >= 400 {
+        Outcome::NegativeHit
+    } else {
+        outcome
+    };
+    let total = match obj.body.outcome() {
+        Some(Ok(())) => Some(obj.body.len()),
+        _ => obj.body.expected_len(),
+    };
+    let body = if req.method == Method::HEAD {
+        ReplyBody::Empty {
+            content_length: total,
+        }
+    } else {
+        match obj.body.complete_bytes() {
+            Some(b) => ReplyBody::Bytes(b),
+            None => ReplyBody::Stored {
+                reader: obj.body.reader(0),
+                end: total,
+            },
+        }
+    };
+    Reply {
+        status: head.status,
+        headers,
+        wire: Some(head.prepared.wire.clone()),
         body,
         outcome,
         peer,

@@ -9,8 +9,8 @@ use http::{HeaderMap, Method, Request, StatusCode, Version};
 use trove_http::{storability, variant_key, NotStorable, Policy, Vary};
 use trove_store::{Body, BodyError, MemoryStore, Object, ObjectHead};
 
-use crate::cache::headers;
 use crate::cache::target::Target;
+use crate::cache::{headers, prepare};
 use crate::client::head::RequestHead;
 use crate::origin::{self, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
@@ -122,6 +122,7 @@ pub fn may_store(
 /// Returns the response back if the store would not take it.
 pub fn store(
     shared: &Shared,
+    policy: &Policy,
     req: &RequestHead,
     target: &Target,
     mut resp: OriginResponse,
@@ -139,18 +140,16 @@ pub fn store(
         }
     }
     let body = Body::new(resp.content_length());
-    let obj = Object::new(
-        target.key.clone(),
-        variant,
-        ObjectHead {
-            status: resp.status,
-            headers,
-            request_headers,
-            request_time: resp.request_time,
-            response_time: resp.response_time,
-        },
-        Arc::clone(&body),
-    );
+    let mut head = ObjectHead {
+        status: resp.status,
+        headers,
+        request_headers,
+        request_time: resp.request_time,
+        response_time: resp.response_time,
+        prepared: Default::default(),
+    };
+    prepare::prepare(policy, &mut head);
+    let obj = Object::new(target.key.clone(), variant, head, Arc::clone(&body));
     let Some(obj) = shared.store.insert(obj) else {
         return Err(Box::new(resp));
     };

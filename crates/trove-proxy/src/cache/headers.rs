@@ -74,6 +74,9 @@ pub fn is_loop(shared: &Shared, client_headers: &HeaderMap) -> bool {
 
 /// The `Cache-Status` field (RFC 9211) for a response.
 pub fn cache_status(detail: &str) -> HeaderValue {
+    if detail == "hit" {
+        return HeaderValue::from_static("trove; hit");
+    }
     HeaderValue::from_str(&format!("trove; {detail}"))
         .unwrap_or_else(|_| HeaderValue::from_static("trove"))
 }

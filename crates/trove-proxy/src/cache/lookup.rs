@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use trove_http::{reuse, Policy, Reuse, StoredResponse};
 use trove_store::{MemoryStore, Object};
 
+use crate::cache::prepare;
 use crate::client::head::RequestHead;
 
 /// What the store holds for a request.
@@ -39,6 +40,19 @@ pub fn lookup(
     let variants = store.lookup(key);
     if variants.is_empty() {
         return Lookup::Miss;
+    }
+    // The common hit: one variant whose reuse depends on age alone, a plain request.
+    if let [obj] = variants.as_slice() {
+        if prepare::plain_request(req)
+            && prepare::fresh(&obj.head, now)
+            && !matches!(obj.body.outcome(), Some(Err(_)))
+        {
+            let resident = now
+                .duration_since(obj.head.response_time)
+                .unwrap_or_default();
+            let age = obj.head.prepared.initial_age.saturating_add(resident);
+            return Lookup::Found(Arc::clone(obj), Reuse::Fresh { age });
+        }
     }
     let mut best: Option<(Arc<Object>, Reuse)> = None;
     for obj in variants {

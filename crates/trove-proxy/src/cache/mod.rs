@@ -19,6 +19,7 @@ mod deliver;
 mod fetch;
 mod headers;
 mod lookup;
+mod prepare;
 mod range;
 pub mod target;
 
@@ -196,7 +197,7 @@ fn from_origin(
 ) -> Reply {
     let peer = Some(resp.upstream.authority());
     match fetch::may_store(cx.shared, cx.policy, cx.req, &resp) {
-        Ok(()) => match fetch::store(cx.shared, cx.req, &cx.target, resp) {
+        Ok(()) => match fetch::store(cx.shared, cx.policy, cx.req, &cx.target, resp) {
             Ok(obj) => {
                 if let Some(l) = leader {
                     l.publish(Collapsed::Stored(Arc::clone(&obj)));
@@ -238,6 +239,7 @@ fn pass_through(cx: &Ctx<'_>, resp: OriginResponse, outcome: Outcome, detail: &s
     Reply {
         status,
         headers,
+        wire: None,
         body,
         outcome,
         peer,
@@ -327,7 +329,7 @@ async fn revalidate(cx: &Ctx<'_>, obj: Arc<Object>, reason: &str) -> Reply {
         Ok(resp) if resp.status == StatusCode::NOT_MODIFIED => {
             let peer = Some(resp.upstream.authority());
             if answers(&obj, &resp) {
-                let fresh = freshen(cx.shared, &obj, &resp);
+                let fresh = freshen(cx.shared, cx.policy, &obj, &resp);
                 tokio::spawn(fetch::discard(resp));
                 let detail = "fwd=stale; fwd-status=304";
                 return deliver::stored(
@@ -427,7 +429,12 @@ fn answers(obj: &Object, resp: &OriginResponse) -> bool {
 
 /// Merges a 304's fields into the stored response (RFC 9111 §3.2, §4.3.4) and stores the
 /// result, sharing the body.
-fn freshen(shared: &Shared, obj: &Arc<Object>, resp: &OriginResponse) -> Arc<Object> {
+fn freshen(
+    shared: &Shared,
+    policy: &Policy,
+    obj: &Arc<Object>,
+    resp: &OriginResponse,
+) -> Arc<Object> {
     let update = headers::from_origin(shared, &resp.headers, resp.response_time);
     let mut merged = trove_http::validation::freshen_headers(&obj.head.headers, &update);
     merged.remove(header::CONTENT_LENGTH);
@@ -435,6 +442,7 @@ fn freshen(shared: &Shared, obj: &Arc<Object>, resp: &OriginResponse) -> Arc<Obj
     head.headers = merged;
     head.request_time = resp.request_time;
     head.response_time = resp.response_time;
+    prepare::prepare(policy, &mut head);
     let fresh = Object::new(
         obj.key.clone(),
         obj.variant.clone(),
@@ -493,14 +501,14 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         };
         if resp.status == StatusCode::NOT_MODIFIED {
             if answers(&obj, &resp) {
-                freshen(&shared, &obj, &resp);
+                freshen(&shared, shared.policy(mode), &obj, &resp);
             }
             fetch::discard(resp).await;
             return;
         }
         let policy = shared.policy(mode);
         if fetch::may_store(&shared, policy, &req, &resp).is_ok() {
-            let _ = fetch::store(&shared, &req, &target, resp);
+            let _ = fetch::store(&shared, policy, &req, &target, resp);
         } else {
             fetch::discard(resp).await;
         }

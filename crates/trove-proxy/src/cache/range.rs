@@ -97,6 +97,7 @@ fn reply(status: StatusCode, headers: HeaderMap, body: ReplyBody) -> Reply {
     Reply {
         status,
         headers,
+        wire: None,
         body,
         outcome: Outcome::MemHit,
         peer: None,

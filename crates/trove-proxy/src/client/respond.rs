@@ -56,9 +56,11 @@ async fn write_inner<W: AsyncWrite + Unpin>(
     let Reply {
         status,
         headers,
+        wire,
         body,
         ..
     } = reply;
+    let wire: &[u8] = wire.as_deref().unwrap_or(b"");
     let head_only = *method == Method::HEAD || no_body_status(status);
     let len = match &body {
         ReplyBody::Empty { content_length } => {
@@ -70,7 +72,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                 },
             };
             let ok = w
-                .send_head(status, &headers, framing, keep_alive, version, None)
+                .send_head(status, &headers, wire, framing, keep_alive, version, None)
                 .await
                 .is_ok();
             return Written {
@@ -87,7 +89,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             content_length: if no_body_status(status) { None } else { len },
         };
         let ok = w
-            .send_head(status, &headers, framing, keep_alive, version, None)
+            .send_head(status, &headers, wire, framing, keep_alive, version, None)
             .await
             .is_ok();
         return Written {
@@ -102,7 +104,15 @@ async fn write_inner<W: AsyncWrite + Unpin>(
         ReplyBody::Empty { .. } => unreachable_written(),
         ReplyBody::Bytes(b) => {
             let ok = w
-                .send_head(status, &headers, framing, keep_alive, version, Some(b))
+                .send_head(
+                    status,
+                    &headers,
+                    wire,
+                    framing,
+                    keep_alive,
+                    version,
+                    Some(b),
+                )
                 .await
                 .is_ok();
             Written {
@@ -125,6 +135,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                         .send_head(
                             StatusCode::BAD_GATEWAY,
                             &http::HeaderMap::new(),
+                            b"",
                             OutFraming::Length(0),
                             false,
                             version,
@@ -134,7 +145,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                     return failed;
                 }
             };
-            if w.send_head(status, &headers, framing, keep_alive, version, first)
+            if w.send_head(status, &headers, wire, framing, keep_alive, version, first)
                 .await
                 .is_err()
             {
@@ -158,7 +169,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             finish(w, chunked, must_close).await
         }
         ReplyBody::Origin(mut resp) => {
-            if w.send_head(status, &headers, framing, keep_alive, version, None)
+            if w.send_head(status, &headers, wire, framing, keep_alive, version, None)
                 .await
                 .is_err()
             {

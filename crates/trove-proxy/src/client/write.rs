@@ -43,11 +43,12 @@ pub fn encode_head(
     out: &mut BytesMut,
     status: StatusCode,
     headers: &HeaderMap,
+    wire: &[u8],
     framing: OutFraming,
     keep_alive: bool,
     client_version: Version,
 ) {
-    out.reserve(256 + headers.len() * 48);
+    out.reserve(256 + headers.len() * 48 + wire.len());
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');
@@ -59,6 +60,7 @@ pub fn encode_head(
         out.put_slice(value.as_bytes());
         out.put_slice(b"\r\n");
     }
+    out.put_slice(wire);
     let mut itoa = itoa::Buffer::new();
     match framing {
         OutFraming::NoBody {
@@ -98,6 +100,7 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
         &mut self,
         status: StatusCode,
         headers: &HeaderMap,
+        wire: &[u8],
         framing: OutFraming,
         keep_alive: bool,
         client_version: Version,
@@ -108,6 +111,7 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
             &mut self.head,
             status,
             headers,
+            wire,
             framing,
             keep_alive,
             client_version,
@@ -185,6 +189,7 @@ mod tests {
             &mut out,
             StatusCode::OK,
             &h,
+            b"",
             OutFraming::Length(3),
             true,
             Version::HTTP_10,
@@ -202,6 +207,7 @@ mod tests {
         w.send_head(
             StatusCode::OK,
             &HeaderMap::new(),
+            b"",
             OutFraming::Chunked,
             true,
             Version::HTTP_11,

@@ -1,0 +1,154 @@
+//! Work done once when a response is stored, so that each hit is cheap: the header block
+//! pre-encoded for the wire, and, when reuse depends on age alone, the instant it goes stale.
+//! The slow path (`trove_http::reuse`) stays the authority: the fast path is taken only in
+//! the cases where it provably gives the same answer.
+
+use std::time::SystemTime;
+
+use bytes::{BufMut, BytesMut};
+use http::header;
+use http::{HeaderMap, Method};
+use trove_http::freshness::{current_age, freshness_lifetime_received};
+use trove_http::{effective_response_cc, Policy, Vary};
+use trove_store::{ObjectHead, Prepared};
+
+use crate::client::head::RequestHead;
+
+/// Fields a hit writes itself, so they are left out of the pre-encoded block.
+fn set_per_hit(name: &header::HeaderName) -> bool {
+    name == header::AGE
+        || name == header::CONTENT_TYPE
+        || name == trove_http::TROVE_CACHE_CONTROL
+        || name == header::CONTENT_LENGTH
+}
+
+/// Fills `head.prepared`.
+pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
+    let mut wire = BytesMut::with_capacity(head.headers.len() * 40);
+    for (name, value) in &head.headers {
+        if set_per_hit(name) {
+            continue;
+        }
+        wire.put_slice(name.as_str().as_bytes());
+        wire.put_slice(b": ");
+        wire.put_slice(value.as_bytes());
+        wire.put_slice(b"\r\n");
+    }
+    let initial_age = current_age(
+        &head.headers,
+        head.request_time,
+        head.response_time,
+        head.response_time,
+    );
+    let age_only = Vary::from_headers(&head.headers).is_empty()
+        && !effective_response_cc(policy, &head.headers)
+            .no_cache
+            .is_present();
+    let lifetime =
+        freshness_lifetime_received(policy, head.status, &head.headers, head.response_time)
+            .duration;
+    let fresh_until =
+        (age_only && lifetime > initial_age).then(|| head.response_time + (lifetime - initial_age));
+    head.prepared = Prepared {
+        wire: wire.freeze(),
+        fresh_until,
+        initial_age,
+    };
+}
+
+/// True when the request carries nothing that could change the reuse decision beyond age
+/// (no Cache-Control or Pragma of its own, GET or HEAD), so `fresh_until` decides.
+pub fn plain_request(req: &RequestHead) -> bool {
+    (req.method == Method::GET || req.method == Method::HEAD)
+        && !req.headers.contains_key(header::CACHE_CONTROL)
+        && !req.headers.contains_key(header::PRAGMA)
+}
+
+/// True when the request has no conditional or range fields for the deliver step to answer.
+pub fn unconditional(headers: &HeaderMap) -> bool {
+    !(headers.contains_key(header::IF_NONE_MATCH)
+        || headers.contains_key(header::IF_MODIFIED_SINCE)
+        || headers.contains_key(header::IF_MATCH)
+        || headers.contains_key(header::IF_UNMODIFIED_SINCE)
+        || headers.contains_key(header::RANGE))
+}
+
+/// Fresh by the fast path at `now`, if it applies.
+pub fn fresh(head: &ObjectHead, now: SystemTime) -> bool {
+    head.prepared.fresh_until.is_some_and(|t| now < t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn head(fields: &[(&str, &str)], received: SystemTime) -> ObjectHead {
+        let mut headers = HeaderMap::new();
+        for (k, v) in fields {
+            headers.append(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let mut h = ObjectHead {
+            status: http::StatusCode::OK,
+            headers,
+            request_headers: HeaderMap::new(),
+            request_time: received,
+            response_time: received,
+            prepared: Prepared::default(),
+        };
+        prepare(&Policy::default(), &mut h);
+        h
+    }
+
+    /// The fast path must never call fresh what `trove_http::reuse` would not.
+    #[test]
+    fn fast_path_agrees_with_the_rules() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let date = trove_http::field::format_http_date(t0);
+        let cases: Vec<Vec<(&str, &str)>> = vec![
+            vec![("cache-control", "max-age=60")],
+            vec![("cache-control", "max-age=60"), ("age", "30")],
+            vec![("cache-control", "max-age=60"), ("age", "90")],
+            vec![("cache-control", "s-maxage=5, max-age=60")],
+            vec![("cache-control", "no-cache, max-age=60")],
+            vec![("cache-control", "max-age=60"), ("vary", "accept")],
+            vec![("expires", "Thu, 01 Jan 1970 00:00:00 GMT")],
+            vec![("last-modified", "Mon, 01 Jan 2001 00:00:00 GMT")],
+            vec![("cache-control", "max-age=60, max-age=10")],
+            vec![],
+        ];
+        let policy = Policy::default();
+        for fields in cases {
+            let mut fields = fields.clone();
+            fields.push(("date", &date));
+            let h = head(&fields, t0);
+            for later in [0u64, 4, 6, 29, 31, 59, 61, 3600] {
+                let now = t0 + Duration::from_secs(later);
+                let stored = trove_http::StoredResponse {
+                    method: &Method::GET,
+                    status: h.status,
+                    headers: &h.headers,
+                    request_headers: &h.request_headers,
+                    request_time: h.request_time,
+                    response_time: h.response_time,
+                };
+                let slow =
+                    trove_http::reuse(&policy, &stored, &Method::GET, &HeaderMap::new(), now);
+                if fresh(&h, now) {
+                    assert!(
+                        matches!(slow, trove_http::Reuse::Fresh { .. }),
+                        "{fields:?} at +{later}s: fast says fresh, rules say {slow:?}"
+                    );
+                }
+                if matches!(slow, trove_http::Reuse::Fresh { .. })
+                    && h.prepared.fresh_until.is_some()
+                {
+                    assert!(fresh(&h, now), "{fields:?} at +{later}s: rules say fresh");
+                }
+            }
+        }
+    }
+}
