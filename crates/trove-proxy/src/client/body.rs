@@ -22,7 +22,7 @@ impl<R: AsyncRead + Unpin> ReadSide<R> {
     pub fn new(io: R) -> Self {
         ReadSide {
             io,
-            buf: BytesMut::with_capacity(8 * 1024),
+            buf: BytesMut::new(),
         }
     }
 

@@ -56,6 +56,15 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
         // An idle connection may wait `client_idle` for its next request; once a head has
         // begun it must be complete within `client_head` (slowloris).
         let wait = if rs.buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
+            if rs.buf.is_empty() {
+                // Idle: give the buffer back and wait for readiness without one, so tens of
+                // thousands of idle keep-alive connections cost little memory.
+                rs.buf = bytes::BytesMut::new();
+                match tokio::time::timeout(t.client_idle, rs.io.readable()).await {
+                    Ok(Ok(())) => {}
+                    _ => return HeadRead::Closed,
+                }
+            }
             t.client_idle
         } else {
             let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + t.client_head);
@@ -174,7 +183,9 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
                 break;
             }
-            crate::cache::handle(&shared, &head, info, &mut body).await
+            // Boxed: the state machine's future is large, and an idle connection's task should
+            // not carry its space between requests.
+            Box::pin(crate::cache::handle(&shared, &head, info, &mut body)).await
         };
         let body_clean = body.is_done() || body.drain(DRAIN_LIMIT).await;
         let keep_alive = head.keep_alive && !reply.close && body_clean;
