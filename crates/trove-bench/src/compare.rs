@@ -7,9 +7,12 @@ use std::time::Duration;
 use crate::cli::{
     effective_workload, execute, write_outputs, LoadArgs, OriginSet, ProxyMode, RunArgs,
 };
+use crate::model::Model;
+use crate::origin::object_path;
 use crate::peers::{self, Programs};
 use crate::proc::{probe, wait_ready};
 use crate::report::{summary_table, Report};
+use crate::workload::Workload;
 
 /// `trove bench compare`.
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +64,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
                 }
                 continue;
             }
-            match measure(name, &progs, &a, origin, &origins) {
+            match measure(name, &progs, &a, &w, origin, &origins) {
                 Ok(mut r) => {
                     if a.rounds > 1 {
                         r.label = format!("{name}#{}", round + 1);
@@ -89,16 +92,37 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// World id of the start-up probe's object (never a run's: runs draw 48-bit worlds at random).
+pub const PROBE_WORLD: u64 = 0xc0ffee;
+
+/// The path of an object the model marks cachable and small (at most 64 KiB), at or after
+/// `from`: the start-up probe asks for it twice, and the second answer must not come from the
+/// server. (An arbitrary oid is uncachable one time in five, and a proxy that rightly refetches
+/// it would be reported as not caching.)
+/// `None` when the mix has (next to) no such objects.
+pub fn probe_path(model: &Model, from: u64) -> Option<String> {
+    let spec = (from..from.saturating_add(100_000))
+        .map(|oid| model.spec(oid))
+        .find(|s| s.cachable && s.size <= 64 << 10)?;
+    let ext = &model.kinds()[spec.kind].ext;
+    Some(object_path(PROBE_WORLD, spec.oid, ext))
+}
+
 fn measure(
     name: &str,
     progs: &Programs,
     a: &CompareArgs,
+    w: &Workload,
     origin: std::net::SocketAddr,
     origins: &OriginSet,
 ) -> anyhow::Result<Report> {
     let mut peer = peers::start(name, progs, origin, a.mem_mb)?;
     let host = origin.to_string();
-    let path = format!("/c0ffee/{:016x}.bin", std::process::id());
+    let cachable = probe_path(&w.model(), u64::from(std::process::id()));
+    // Without cachable objects, probe readiness with any object (oid 1).
+    let path = cachable
+        .clone()
+        .unwrap_or_else(|| object_path(PROBE_WORLD, 1, "bin"));
     let waited = wait_ready(
         &mut peer.child,
         peer.addr,
@@ -106,16 +130,26 @@ fn measure(
         &host,
         Duration::from_secs(60),
     )?;
-    // Check it caches: the second request for a cachable object must not reach the server.
-    let first = probe(peer.addr, &path, &host, "cache-check-1")?;
-    let second = probe(peer.addr, &path, &host, "cache-check-2")?;
-    let caches = first.status == 200 && second.status == 200 && !second.from_server;
+    // Check it caches: asked again for a cachable object (it was asked for while waiting for
+    // readiness), the answer must not come from the server.
+    let caches = match cachable {
+        Some(_) => {
+            let first = probe(peer.addr, &path, &host, "cache-check-1")?;
+            let second = probe(peer.addr, &path, &host, "cache-check-2")?;
+            Some(first.status == 200 && second.status == 200 && !second.from_server)
+        }
+        None => None,
+    };
     eprintln!(
         "compare: {name} (pid {}) ready at {} after {:.1} s; caches: {}",
         peer.child.pid(),
         peer.addr,
         waited.as_secs_f64(),
-        if caches { "yes" } else { "NO" }
+        match caches {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "not checked (the workload has no small cachable objects)",
+        }
     );
     let run = RunArgs {
         load: LoadArgs {
@@ -133,9 +167,29 @@ fn measure(
     peer.child.stop(Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&peer.child.dir);
     let mut r = r?;
-    if !caches {
+    if caches == Some(false) {
         r.notes
             .push("the start-up probe saw no hit: this proxy did not cache".into());
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_asks_for_a_small_cachable_object() {
+        for name in ["polymix-2", "datacomm-1"] {
+            let m = Workload::builtin(name).unwrap().model();
+            // Start-up probes of many processes: every one must name a cachable object.
+            for pid in (1..50_000u64).step_by(997) {
+                let path = probe_path(&m, pid).unwrap();
+                let oid = crate::origin::parse_path(&path).unwrap();
+                assert!(oid >= pid);
+                let spec = m.spec(oid);
+                assert!(spec.cachable && spec.size <= 64 << 10, "{name} {path}");
+            }
+        }
+    }
 }
