@@ -264,7 +264,7 @@ fn robots_for(load: &LoadArgs, w: &Workload) -> u32 {
         .unwrap_or_else(|| (w.peak_rate / w.robots.rate).ceil().max(1.0) as u32)
 }
 
-fn world_of(load: &LoadArgs) -> anyhow::Result<u64> {
+pub(crate) fn world_of(load: &LoadArgs) -> anyhow::Result<u64> {
     match &load.world {
         Some(h) => u64::from_str_radix(h, 16).with_context(|| format!("--world {h:?} is not hex")),
         None => {
@@ -355,6 +355,8 @@ pub fn execute(a: &RunArgs, origins: Option<&OriginSet>) -> anyhow::Result<Repor
         fill_bytes: None,
         max_requests: a.load.max_requests,
         progress: !a.load.quiet,
+        events: None,
+        stop: None,
     };
     if !a.load.quiet {
         eprintln!(
@@ -460,6 +462,8 @@ fn fill(f: FillArgs) -> anyhow::Result<()> {
         fill_bytes: Some(f.bytes),
         max_requests: run.load.max_requests,
         progress: !run.load.quiet,
+        events: None,
+        stop: None,
     };
     let out = run_load(plan);
     let _ = std::fs::remove_file(&path);

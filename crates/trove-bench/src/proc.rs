@@ -15,8 +15,9 @@ pub struct Child {
     /// Name for messages.
     pub name: String,
     child: std::process::Child,
-    /// Its working directory (configs, logs, cache files).
+    /// Its directory (configs, logs, cache files).
     pub dir: PathBuf,
+    stderr: PathBuf,
 }
 
 /// A fresh directory for `name` under the system temp dir, writable by the unprivileged users
@@ -36,19 +37,35 @@ pub fn free_port() -> anyhow::Result<u16> {
 }
 
 impl Child {
-    /// Starts `argv` with stdout and stderr going to files in `dir`.
+    /// Starts `argv` in `dir`, with stdout and stderr going to files in `dir`.
     pub fn spawn(
         name: &str,
         argv: &[String],
         dir: &Path,
         env: &[(&str, String)],
     ) -> anyhow::Result<Child> {
+        Child::spawn_in(name, argv, dir, Some(dir), "", env)
+    }
+
+    /// Starts `argv` in `cwd` (default: ours), with stdout and stderr going to
+    /// `stdout{tag}.log` and `stderr{tag}.log` in `dir`.
+    pub fn spawn_in(
+        name: &str,
+        argv: &[String],
+        dir: &Path,
+        cwd: Option<&Path>,
+        tag: &str,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Child> {
         let (prog, args) = argv.split_first().context("empty command")?;
-        let out = std::fs::File::create(dir.join("stdout.log"))?;
-        let err = std::fs::File::create(dir.join("stderr.log"))?;
+        let out = std::fs::File::create(dir.join(format!("stdout{tag}.log")))?;
+        let stderr = dir.join(format!("stderr{tag}.log"));
+        let err = std::fs::File::create(&stderr)?;
         let mut cmd = Command::new(prog);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.args(args)
-            .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -64,6 +81,7 @@ impl Child {
             name: name.into(),
             child,
             dir: dir.into(),
+            stderr,
         })
     }
 
@@ -79,7 +97,7 @@ impl Child {
 
     /// The tail of its stderr, for error messages.
     pub fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(8)..].join("\n")
     }

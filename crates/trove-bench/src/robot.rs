@@ -75,7 +75,26 @@ pub struct Plan {
     pub max_requests: Option<u64>,
     /// Print a progress line to stderr every 5 s.
     pub progress: bool,
+    /// Also log every finished transaction here, with wall-clock instants (the downtime test).
+    pub events: Option<EventLog>,
+    /// Stop issuing requests once this is set (by whoever runs the plan in another thread).
+    pub stop: Option<Arc<AtomicBool>>,
 }
+
+/// One finished transaction on the wall clock, for tests that relate transactions to outside
+/// events (the downtime test: the kill and the restart of the proxy).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TxEvent {
+    /// When it was meant to be sent.
+    pub intended: std::time::Instant,
+    /// When it ended (response complete, or failed).
+    pub done: std::time::Instant,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// Where robots log [`TxEvent`]s.
+pub type EventLog = Arc<Mutex<Vec<TxEvent>>>;
 
 /// What a load run measured.
 #[derive(Debug, Clone)]
@@ -268,6 +287,9 @@ impl Ctx {
         if self.shared.stop.load(Relaxed) {
             return true;
         }
+        if self.plan.stop.as_ref().is_some_and(|s| s.load(Relaxed)) {
+            return true;
+        }
         if let Some(max) = self.plan.max_requests {
             if self.shared.issued.load(Relaxed) >= max {
                 return true;
@@ -402,6 +424,13 @@ async fn transaction(ctx: Rc<Ctx>, robot: usize, t: f64, phase: usize) {
                 ctx.shared.stop.store(true, Relaxed);
             }
         }
+    }
+    if let Some(log) = &ctx.plan.events {
+        log.lock().expect("not poisoned").push(TxEvent {
+            intended: intended.into_std(),
+            done: std::time::Instant::now(),
+            outcome,
+        });
     }
     ctx.stats.borrow_mut().record(&Tx {
         intended_s: t,
