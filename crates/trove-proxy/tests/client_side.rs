@@ -4,6 +4,7 @@
 mod kit;
 
 use kit::{respond, Origin, Trove};
+use trove_proxy::metrics::names;
 
 async fn hello_origin() -> Origin {
     Origin::start(|req, _| {
@@ -43,8 +44,8 @@ async fn persistent_connection_serves_many_requests_9112_9_3() {
         let r = c.get(&origin.url(&format!("/{i}")), &[]).await;
         assert_eq!(r.status, 200);
     }
-    assert_eq!(trove.metric("trove_client_connections_total"), 1.0);
-    assert_eq!(trove.metric("trove_client_connection_reuses_total"), 4.0);
+    assert_eq!(trove.metric(names::CLIENT_CONNECTIONS), 1.0);
+    assert_eq!(trove.metric(names::CLIENT_CONNECTIONS_REUSED), 4.0);
 }
 
 #[tokio::test]
@@ -117,7 +118,7 @@ async fn refused(raw: &str, status: u16) {
     assert_eq!(origin.hits(), 0, "nothing forwarded for {raw:?}");
     let line = trove.log_lines(1).await;
     assert!(line[0].contains(&format!("NONE_NONE/{status}")), "{line:?}");
-    assert_eq!(trove.metric("trove_bad_requests_total"), 1.0);
+    assert_eq!(trove.metric(names::BAD_REQUESTS), 1.0);
 }
 
 #[tokio::test]

@@ -6,6 +6,7 @@ mod kit;
 use std::time::Duration;
 
 use kit::{respond, Action, Origin, Trove};
+use trove_proxy::metrics::names;
 
 #[tokio::test]
 async fn origin_connections_are_reused_across_clients() {
@@ -17,8 +18,26 @@ async fn origin_connections_are_reused_across_clients() {
         assert_eq!(r.text(), "uncached");
     }
     assert_eq!(origin.connections(), 1);
-    assert_eq!(trove.metric("trove_origin_connections_opened_total"), 1.0);
-    assert_eq!(trove.metric("trove_origin_connections_reused_total"), 4.0);
+    assert_eq!(trove.metric(names::ORIGIN_CONNECTIONS_OPENED), 1.0);
+    assert_eq!(trove.metric(names::ORIGIN_CONNECTIONS_REUSED), 4.0);
+}
+
+#[tokio::test]
+async fn idle_origin_connections_are_closed_after_the_idle_timeout() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"x")).await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.origin_pool.idle_timeout = Duration::from_millis(200)
+    })
+    .await;
+    kit::get(&trove, "/1", &[]).await;
+    assert!(kit::eventually(|| trove.running.shared.pool.idle_count() == 0).await);
+    kit::get(&trove, "/2", &[]).await;
+    assert_eq!(
+        origin.connections(),
+        2,
+        "the idle connection was not reused after its timeout"
+    );
+    assert_eq!(trove.metric(names::ORIGIN_CONNECTIONS_REUSED), 0.0);
 }
 
 #[tokio::test]
@@ -73,7 +92,7 @@ async fn refused_connection_gives_502() {
     let r = kit::get(&trove, &format!("http://127.0.0.1:{port}/"), &[]).await;
     assert_eq!(r.status, 502);
     assert!(r.text().contains("cannot connect"));
-    assert_eq!(trove.metric("trove_origin_errors_total"), 1.0);
+    assert_eq!(trove.metric(names::ORIGIN_ERRORS), 1.0);
 }
 
 #[tokio::test]

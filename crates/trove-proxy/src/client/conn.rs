@@ -25,6 +25,9 @@ use crate::tunnel;
 /// beyond this the connection is closed instead.
 const DRAIN_LIMIT: u64 = 256 * 1024;
 
+/// How long an idle connection keeps its read buffer before giving it back.
+const KEEP_BUFFER_WHILE_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the listener knows about a connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnInfo {
@@ -57,12 +60,21 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
         // begun it must be complete within `client_head` (slowloris).
         let wait = if rs.buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
             if rs.buf.is_empty() {
-                // Idle: give the buffer back and wait for readiness without one, so tens of
-                // thousands of idle keep-alive connections cost little memory.
-                rs.buf = bytes::BytesMut::new();
-                match tokio::time::timeout(t.client_idle, rs.io.readable()).await {
+                // A busy connection keeps its buffer; one idle for a while gives it back and
+                // waits for readiness without one, so tens of thousands of idle keep-alive
+                // connections cost little memory and busy ones allocate nothing per request.
+                let first = KEEP_BUFFER_WHILE_IDLE.min(t.client_idle);
+                match tokio::time::timeout(first, rs.io.readable()).await {
                     Ok(Ok(())) => {}
-                    _ => return HeadRead::Closed,
+                    Ok(Err(_)) => return HeadRead::Closed,
+                    Err(_) => {
+                        rs.buf = bytes::BytesMut::new();
+                        let rest = t.client_idle.saturating_sub(first);
+                        match tokio::time::timeout(rest, rs.io.readable()).await {
+                            Ok(Ok(())) => {}
+                            _ => return HeadRead::Closed,
+                        }
+                    }
                 }
             }
             t.client_idle
