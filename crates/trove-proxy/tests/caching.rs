@@ -771,3 +771,67 @@ async fn hop_by_hop_fields_are_not_forwarded_9110_7_6_1() {
     assert!(r.header("x-secret").is_none());
     assert!(r.header("keep-alive").is_none());
 }
+
+fn partial_origin(etag_for_second: &'static str) -> impl Fn(&kit::SeenRequest, usize) -> Action {
+    // Answers the first request with bytes 0-4 of "0123456789", the second with 5-9.
+    move |_, n| {
+        let (range, body, etag) = if n == 0 {
+            ("bytes 0-4/10", &b"01234"[..], "\"p\"")
+        } else {
+            ("bytes 5-9/10", &b"56789"[..], etag_for_second)
+        };
+        respond(
+            206,
+            &[
+                ("cache-control", "max-age=60"),
+                ("content-range", range),
+                ("etag", etag),
+            ],
+            body,
+        )
+    }
+}
+
+#[tokio::test]
+async fn stored_partial_response_answers_ranges_inside_it_9111_3_3() {
+    let origin = Origin::start(partial_origin("\"p\"")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let r = kit::get(&trove, URL, &[("range", "bytes=0-4")]).await;
+    assert_eq!((r.status, r.text().as_str()), (206, "01234"));
+    let r = kit::get(&trove, URL, &[("range", "bytes=1-3")]).await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.text(), "123");
+    assert_eq!(r.header("content-range"), Some("bytes 1-3/10"));
+    assert_eq!(origin.hits(), 1, "served from the stored partial");
+    // Outside the stored range: to the origin.
+    kit::get(&trove, URL, &[("range", "bytes=6-8")]).await;
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn partial_responses_with_the_same_validator_are_combined_9111_3_4() {
+    let origin = Origin::start(partial_origin("\"p\"")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, URL, &[("range", "bytes=0-4")]).await;
+    kit::get(&trove, URL, &[("range", "bytes=5-9")]).await;
+    assert_eq!(origin.hits(), 2);
+    let r = kit::get(&trove, URL, &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "0123456789");
+    assert!(r.header("content-range").is_none());
+    assert_eq!(
+        origin.hits(),
+        2,
+        "the whole response was combined from the two parts"
+    );
+}
+
+#[tokio::test]
+async fn partial_responses_with_different_validators_are_not_combined_9111_3_4() {
+    let origin = Origin::start(partial_origin("\"other\"")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, URL, &[("range", "bytes=0-4")]).await;
+    kit::get(&trove, URL, &[("range", "bytes=5-9")]).await;
+    kit::get(&trove, URL, &[]).await;
+    assert_eq!(origin.hits(), 3);
+}

@@ -10,7 +10,7 @@ use trove_http::preconditions::{self, Precondition};
 use trove_store::Object;
 
 use crate::cache::headers::{cache_status, CACHE_STATUS};
-use crate::cache::{prepare, range};
+use crate::cache::{partial, prepare, range};
 use crate::client::head::RequestHead;
 use crate::outcome::Outcome;
 use crate::reply::{Reply, ReplyBody};
@@ -98,6 +98,15 @@ pub fn stored(
         };
     }
 
+    if head.status == StatusCode::PARTIAL_CONTENT {
+        if let Some(reply) = from_partial(obj, req, &headers) {
+            return Reply {
+                outcome,
+                peer,
+                ..reply
+            };
+        }
+    }
     if head.status == StatusCode::OK {
         if let Some(total) = total {
             if let Some(reply) = range::answer(obj, req, &mut headers, total) {
@@ -180,4 +189,36 @@ fn plain(
         peer,
         close: false,
     }
+}
+
+/// A range answered from a stored partial response that covers it.
+fn from_partial(obj: &Arc<Object>, req: &RequestHead, headers: &http::HeaderMap) -> Option<Reply> {
+    let (have, total) = partial::span(obj)?;
+    let want = partial::wanted(req, &obj.head.headers, total)?;
+    if want.first < have.first || want.last > have.last {
+        return None;
+    }
+    let mut h = headers.clone();
+    h.insert(
+        header::CONTENT_RANGE,
+        trove_http::range::content_range(&want, total),
+    );
+    let start = want.first - have.first;
+    let end = want.last - have.first + 1;
+    let body = match obj.body.complete_bytes() {
+        Some(b) => ReplyBody::Bytes(b.slice(start as usize..end as usize)),
+        None => ReplyBody::Stored {
+            reader: obj.body.reader(start),
+            end: Some(end),
+        },
+    };
+    Some(Reply {
+        status: StatusCode::PARTIAL_CONTENT,
+        headers: h,
+        wire: None,
+        body,
+        outcome: Outcome::MemHit,
+        peer: None,
+        close: false,
+    })
 }

@@ -10,7 +10,7 @@ use trove_http::{storability, variant_key, NotStorable, Policy, Vary};
 use trove_store::{Body, BodyError, MemoryStore, Object, ObjectHead};
 
 use crate::cache::target::Target;
-use crate::cache::{headers, prepare};
+use crate::cache::{headers, partial, prepare};
 use crate::client::head::RequestHead;
 use crate::origin::{self, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
@@ -104,8 +104,10 @@ pub fn may_store(
         resp.status,
         &resp.headers,
     )?;
-    if resp.status == StatusCode::PARTIAL_CONTENT {
-        // We asked for the whole response; a 206 we did not ask for is passed on unstored.
+    if resp.status == StatusCode::PARTIAL_CONTENT
+        && !partial::storable_206(&resp.headers, resp.content_length())
+    {
+        // Only single ranges of a known total length are kept (RFC 9111 §3.3).
         return Err(NotStorable::Status);
     }
     if resp
@@ -129,7 +131,10 @@ pub fn store(
 ) -> Result<Arc<Object>, Box<OriginResponse>> {
     let headers = headers::from_origin(shared, &resp.headers, resp.response_time);
     let vary = Vary::from_headers(&headers);
-    let variant = variant_key(&vary, &req.headers);
+    let mut variant = variant_key(&vary, &req.headers);
+    if resp.status == StatusCode::PARTIAL_CONTENT {
+        variant.push_str(&partial::variant_suffix(&headers));
+    }
     // Only the selecting fields of the request are kept (RFC 9111 §4.1 needs nothing else).
     let mut request_headers = HeaderMap::new();
     if let Vary::Fields(names) = &vary {

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use trove_http::{reuse, Policy, Reuse, StoredResponse};
 use trove_store::{MemoryStore, Object};
 
-use crate::cache::prepare;
+use crate::cache::{partial, prepare};
 use crate::client::head::RequestHead;
 
 /// What the store holds for a request.
@@ -60,6 +60,9 @@ pub fn lookup(
             store.remove_object(&obj);
             continue;
         }
+        if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(&obj, req) {
+            continue;
+        }
         let stored = StoredResponse {
             method: &http::Method::GET,
             status: obj.head.status,
@@ -75,8 +78,10 @@ pub fn lookup(
         let better = match &best {
             None => true,
             Some((b, br)) => {
-                rank(&r) > rank(br)
-                    || (rank(&r) == rank(br) && obj.head.response_time > b.head.response_time)
+                // Most usable first; then a complete response over a partial; then newest.
+                let complete = |o: &Object| o.head.status != http::StatusCode::PARTIAL_CONTENT;
+                (rank(&r), complete(&obj), obj.head.response_time)
+                    > (rank(br), complete(b), b.head.response_time)
             }
         };
         if better {

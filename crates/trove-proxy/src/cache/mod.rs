@@ -19,6 +19,7 @@ mod deliver;
 mod fetch;
 mod headers;
 mod lookup;
+mod partial;
 mod prepare;
 mod range;
 pub mod target;
@@ -106,7 +107,14 @@ pub async fn handle<R: AsyncRead + Unpin>(
 async fn cacheable(cx: &Ctx<'_>) -> Reply {
     let now = fetch::now();
     let req_cc = CacheControl::from_request(&cx.req.headers);
-    match lookup::lookup(&cx.shared.store, &cx.target.key, cx.req, cx.policy, now) {
+    let mut found = lookup::lookup(&cx.shared.store, &cx.target.key, cx.req, cx.policy, now);
+    if matches!(found, Lookup::VaryMiss)
+        && partial::combine(&cx.shared.store, cx.policy, &cx.target.key)
+    {
+        // Stored pieces were combined (RFC 9111 §3.4): look again.
+        found = lookup::lookup(&cx.shared.store, &cx.target.key, cx.req, cx.policy, now);
+    }
+    match found {
         Lookup::Found(obj, Reuse::Fresh { .. }) => hit(cx, &obj, Outcome::MemHit, "hit"),
         Lookup::Found(obj, Reuse::StaleAllowed { reason, .. }) => {
             if reason == StaleReason::StaleWhileRevalidate {

@@ -40,7 +40,8 @@ pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
         head.response_time,
         head.response_time,
     );
-    let age_only = Vary::from_headers(&head.headers).is_empty()
+    let age_only = head.status != http::StatusCode::PARTIAL_CONTENT
+        && Vary::from_headers(&head.headers).is_empty()
         && !effective_response_cc(policy, &head.headers)
             .no_cache
             .is_present();
