@@ -225,3 +225,23 @@ async fn forwarding_loop_is_detected() {
     let r = kit::get(&trove, &self_url, &[]).await;
     assert_eq!(r.status, 508);
 }
+
+#[tokio::test]
+async fn overload_is_shed_with_a_quick_503() {
+    let origin = Origin::start(|_, _| Action::Hang).await;
+    let trove = std::sync::Arc::new(
+        Trove::reverse(&origin, |s| {
+            s.limits.max_pending_origin_requests = 1;
+            s.timeouts.origin_response = Duration::from_secs(30);
+        })
+        .await,
+    );
+    let t = trove.clone();
+    let waiting = tokio::spawn(async move { kit::get(&t, "/slow", &[]).await });
+    assert!(kit::eventually(|| origin.hits() == 1).await);
+    let r = kit::get(&trove, "/other", &[]).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(trove.metric(names::SHED), 1.0);
+    waiting.abort();
+}

@@ -231,7 +231,7 @@ pub fn now() -> SystemTime {
     SystemTime::now()
 }
 
-/// `Content-Type` of an origin response, for logs.
+/// The `Content-Length` an origin declared in `h`, if valid.
 pub fn content_length_header(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

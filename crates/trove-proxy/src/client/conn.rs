@@ -155,8 +155,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             let host = head.target.host().unwrap_or("").to_string();
             let port = head.target.port_u16().unwrap_or(443);
             let url = format!("{host}:{port}");
-            let ClientWriter { io: wr, sent, .. } = w;
-            let _ = sent;
+            let ClientWriter { io: wr, .. } = w;
             let result = tunnel::run(
                 rs,
                 wr,

@@ -101,7 +101,8 @@ async fn write_inner<W: AsyncWrite + Unpin>(
     let chunked = framing == OutFraming::Chunked;
     let must_close = framing == OutFraming::Close;
     match body {
-        ReplyBody::Empty { .. } => unreachable_written(),
+        // Handled before the framing was chosen.
+        ReplyBody::Empty { .. } => failed,
         ReplyBody::Bytes(b) => {
             let ok = w
                 .send_head(
@@ -188,13 +189,6 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             }
             finish(w, chunked, must_close).await
         }
-    }
-}
-
-fn unreachable_written() -> Written {
-    Written {
-        complete: false,
-        must_close: true,
     }
 }
 
