@@ -16,13 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Uri};
+use http::{header, HeaderName, HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, Zipf};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::model::{mix64, pattern, verify_chunk, Model, ObjectSpec, SplitMix64};
@@ -168,9 +167,17 @@ struct Conn {
     left: u32,
 }
 
+/// A robot: its idle connections, and its arrivals waiting for one of its workers. A robot has
+/// at most `conn_limit` workers (so at most that many transactions and connections at once);
+/// each worker runs the robot's queued transactions one after another. Workers are started when
+/// an arrival finds none free and live until the end, so the hot path spawns no task and takes
+/// no semaphore per request.
 struct Robot {
-    slots: Semaphore,
     idle: RefCell<Vec<Conn>>,
+    queue: RefCell<VecDeque<(f64, usize)>>,
+    workers: Cell<u32>,
+    idle_workers: Cell<u32>,
+    wake: tokio::sync::Notify,
 }
 
 struct Ctx {
@@ -183,9 +190,15 @@ struct Ctx {
     rng: RefCell<SplitMix64>,
     nonce: Cell<u64>,
     thread: u64,
+    /// Transactions queued or running.
     in_flight: Cell<u64>,
     idle_wake: tokio::sync::Notify,
+    /// No more arrivals: workers exit once their robot's queue is empty.
+    closing: Cell<bool>,
+    conn_limit: u32,
     conn_zipf: Option<Zipf<f64>>,
+    /// Host header value of each origin server.
+    hosts: Vec<HeaderValue>,
 }
 
 /// Runs the plan to completion and returns what was measured.
@@ -245,8 +258,11 @@ fn robot_thread(
     let w = &plan.workload;
     let robots = (0..mine.max(1))
         .map(|_| Robot {
-            slots: Semaphore::new(w.robots.conn_limit as usize),
             idle: RefCell::new(Vec::new()),
+            queue: RefCell::new(VecDeque::new()),
+            workers: Cell::new(0),
+            idle_workers: Cell::new(0),
+            wake: tokio::sync::Notify::new(),
         })
         .collect();
     let conn_zipf = (w.robots.conn_requests_zipf >= 1)
@@ -261,6 +277,13 @@ fn robot_thread(
             thread: index as u64,
             in_flight: Cell::new(0),
             idle_wake: tokio::sync::Notify::new(),
+            closing: Cell::new(false),
+            conn_limit: plan.workload.robots.conn_limit.max(1),
+            hosts: plan
+                .origins
+                .iter()
+                .map(|o| HeaderValue::from_str(&o.to_string()).expect("ascii"))
+                .collect(),
             start: Instant::now(),
             robots,
             conn_zipf,
@@ -268,6 +291,10 @@ fn robot_thread(
             shared,
         });
         generate(ctx.clone(), threads).await;
+        ctx.closing.set(true);
+        for r in &ctx.robots {
+            r.wake.notify_waiters();
+        }
         // Let transactions in flight finish; each ends by its own timeout anyway.
         let drain = ctx.plan.timeout + Duration::from_secs(1);
         let _ = tokio::time::timeout(drain, async {
@@ -340,9 +367,41 @@ async fn generate(ctx: Rc<Ctx>, threads: usize) {
         let robot = ctx.rng.borrow_mut().gen_range(0..ctx.robots.len());
         ctx.shared.issued.fetch_add(1, Relaxed);
         ctx.stats.borrow_mut().arrival(m.phase, t);
-        let c = ctx.clone();
-        tokio::task::spawn_local(transaction(c, robot, t, m.phase));
+        dispatch(&ctx, robot, t, m.phase);
     }
+}
+
+/// Queues an arrival for robot `robot`, waking or starting a worker for it if one is free.
+fn dispatch(ctx: &Rc<Ctx>, robot: usize, t: f64, phase: usize) {
+    let r = &ctx.robots[robot];
+    r.queue.borrow_mut().push_back((t, phase));
+    ctx.in_flight.set(ctx.in_flight.get() + 1);
+    if r.idle_workers.get() > 0 {
+        r.wake.notify_one();
+    } else if r.workers.get() < ctx.conn_limit {
+        r.workers.set(r.workers.get() + 1);
+        tokio::task::spawn_local(worker(ctx.clone(), robot));
+    }
+    // Else every worker is busy: the arrival waits in the queue, and the wait counts in its
+    // response time (it runs from the intended start).
+}
+
+/// One of a robot's workers: runs queued transactions until the run closes.
+async fn worker(ctx: Rc<Ctx>, robot: usize) {
+    let r = &ctx.robots[robot];
+    loop {
+        let next = r.queue.borrow_mut().pop_front();
+        match next {
+            Some((t, phase)) => transaction(&ctx, robot, t, phase).await,
+            None if ctx.closing.get() => break,
+            None => {
+                r.idle_workers.set(r.idle_workers.get() + 1);
+                r.wake.notified().await;
+                r.idle_workers.set(r.idle_workers.get() - 1);
+            }
+        }
+    }
+    r.workers.set(r.workers.get() - 1);
 }
 
 async fn sleep_to(ctx: &Ctx, t: f64) {
@@ -365,7 +424,8 @@ async fn best_effort(ctx: &Rc<Ctx>, phase: usize, phase_end: f64) {
                     }
                     ctx.shared.issued.fetch_add(1, Relaxed);
                     ctx.stats.borrow_mut().arrival(phase, t);
-                    transaction(ctx.clone(), robot, t, phase).await;
+                    ctx.in_flight.set(ctx.in_flight.get() + 1);
+                    transaction(&ctx, robot, t, phase).await;
                 }
             })
         })
@@ -398,15 +458,14 @@ fn progress(ctx: &Ctx, t: f64, threads: usize) {
 }
 
 /// One request, from choosing the object to recording the outcome.
-async fn transaction(ctx: Rc<Ctx>, robot: usize, t: f64, phase: usize) {
-    ctx.in_flight.set(ctx.in_flight.get() + 1);
+/// The caller counted it in `in_flight`; it is uncounted when recorded.
+async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
     let intended = ctx.start + Duration::from_secs_f64(t);
     let (oid, revisit) = ctx.shared.choose(&mut ctx.rng.borrow_mut());
     let spec = ctx.shared.model.spec(oid);
     let result = {
         let r = &ctx.robots[robot];
-        let _slot = r.slots.acquire().await.expect("never closed");
-        tokio::time::timeout_at(intended + ctx.plan.timeout, exchange(&ctx, r, &spec)).await
+        tokio::time::timeout_at(intended + ctx.plan.timeout, exchange(ctx, r, &spec)).await
     };
     let (outcome, bytes) = match result {
         Ok(Ok(v)) => v,
@@ -481,7 +540,8 @@ async fn exchange(
     spec: &ObjectSpec,
 ) -> Result<(Outcome, u64), ErrorKind> {
     let plan = &ctx.plan;
-    let origin = plan.origins[(mix64(spec.oid) % plan.origins.len() as u64) as usize];
+    let server = (mix64(spec.oid) % plan.origins.len() as u64) as usize;
+    let origin = plan.origins[server];
     let ext = &ctx.shared.model.kinds()[spec.kind].ext;
     let path = object_path(plan.world, spec.oid, ext);
     let (dest, uri) = match plan.mode {
@@ -489,11 +549,16 @@ async fn exchange(
         Mode::Reverse(p) => (p, path),
         Mode::Forward(p) => (p, format!("http://{origin}{path}")),
     };
-    let uri: Uri = uri.parse().map_err(|_| ErrorKind::Io)?;
+    // From the String itself: no copy, one parse.
+    let uri = Uri::try_from(uri).map_err(|_| ErrorKind::Io)?;
     let nonce = ctx.nonce.get() + 1;
     ctx.nonce.set(nonce);
-    let nonce = format!("{:x}-{nonce:x}-{:x}", plan.world, ctx.thread);
-    let host = HeaderValue::from_str(&origin.to_string()).expect("ascii");
+    let nonce = HeaderValue::from_maybe_shared(Bytes::from(format!(
+        "{:x}-{nonce:x}-{:x}",
+        plan.world, ctx.thread
+    )))
+    .expect("hex and dashes");
+    let host = &ctx.hosts[server];
     for attempt in 0..2 {
         let (mut conn, reused) = match take_idle(robot, dest) {
             Some(c) => (c, true),
@@ -505,13 +570,17 @@ async fn exchange(
             }
             return Err(ErrorKind::Io);
         }
-        let req = Request::get(uri.clone())
-            .header(header::HOST, host.clone())
-            .header(header::USER_AGENT, "trove-bench/0.1")
-            .header(header::ACCEPT, "*/*")
-            .header(REQ_HEADER, nonce.as_str())
-            .body(Empty::new())
-            .expect("valid request");
+        let mut req = Request::new(Empty::new());
+        *req.uri_mut() = uri.clone();
+        let h = req.headers_mut();
+        h.reserve(4);
+        h.insert(header::HOST, host.clone());
+        h.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static("trove-bench/0.1"),
+        );
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        h.insert(HeaderName::from_static(REQ_HEADER), nonce.clone());
         let resp = match conn.tx.send_request(req).await {
             Ok(r) => r,
             // A reused connection the other side closed before answering: retry once on a
@@ -525,9 +594,9 @@ async fn exchange(
         if resp.status() != http::StatusCode::OK {
             return Err(ErrorKind::Status);
         }
-        let outcome = match resp.headers().get(ECHO_HEADER) {
+        let outcome = match resp.headers().get(HeaderName::from_static(ECHO_HEADER)) {
             None => return Err(ErrorKind::NoStamp),
-            Some(v) if v.as_bytes() == nonce.as_bytes() => Outcome::Miss,
+            Some(v) if v == nonce => Outcome::Miss,
             Some(_) => Outcome::Hit,
         };
         if let Some(len) = resp.headers().get(header::CONTENT_LENGTH) {
