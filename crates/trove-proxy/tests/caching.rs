@@ -326,6 +326,23 @@ async fn vary_keeps_several_variants_9111_4_1() {
 }
 
 #[tokio::test]
+async fn vary_matching_normalises_whitespace_and_case_9111_4_1() {
+    let origin = Origin::start(|_, n| {
+        respond(
+            200,
+            &[("cache-control", "max-age=60"), ("vary", "accept-encoding")],
+            format!("{n}").as_bytes(),
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, URL, &[("accept-encoding", "gzip, br")]).await;
+    let r = kit::get(&trove, URL, &[("Accept-Encoding", "gzip,br")]).await;
+    assert_eq!(r.text(), "0");
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
 async fn vary_star_is_never_reused_9111_4_1() {
     let (origin, _, _) = twice(&[("cache-control", "max-age=60"), ("vary", "*")]).await;
     assert_eq!(origin.hits(), 2);

@@ -292,3 +292,27 @@ async fn connect_tunnel_reaches_allowed_ports_only() {
         .await;
     assert_eq!(c.read_response(true).await.unwrap().status, 403);
 }
+
+#[tokio::test]
+async fn http10_client_gets_a_close_delimited_body_when_length_is_unknown() {
+    let origin = Origin::start(|_, _| {
+        kit::Action::Raw(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n".to_vec())
+    })
+    .await;
+    let trove = Trove::forward(|_| {}).await;
+    let mut c = trove.client().await;
+    c.send(
+        format!(
+            "GET {} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            origin.url("/u")
+        )
+        .as_bytes(),
+    )
+    .await;
+    let r = c.read_response(false).await.unwrap();
+    assert!(
+        r.header("transfer-encoding").is_none(),
+        "no chunked coding to an HTTP/1.0 client"
+    );
+    assert_eq!(r.text(), "abcde");
+}
