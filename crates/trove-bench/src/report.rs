@@ -132,6 +132,10 @@ impl PhaseReport {
 pub struct Point {
     /// Start of the bin, seconds since the run start.
     pub t: f64,
+    /// Seconds of the run the bin covers: 5, except for a last bin the run ended in (rates
+    /// are per second of this, so a short last bin is no dip in the charts).
+    #[serde(default)]
+    pub width_s: f64,
     /// Offered rate, req/s.
     pub offered_rate: f64,
     /// Successful responses, req/s.
@@ -245,17 +249,26 @@ impl Report {
             t += p.duration_s;
         }
         let total = PhaseReport::of("all", out.elapsed_s.min(w.duration_s()), &s.total);
+        // The run covers [0, end); a last bin covering under a second of it is too noisy to
+        // chart and is left out (its transactions still count in the phase and run totals).
+        let end = out.elapsed_s.min(w.duration_s());
         let series = s
             .bins
             .iter()
             .enumerate()
-            .map(|(i, b)| {
+            .filter_map(|(i, b)| {
+                let t = i as f64 * BIN_SECONDS;
+                let width = (end - t).clamp(0.0, BIN_SECONDS);
+                (width >= 1.0).then_some((t, width, b))
+            })
+            .map(|(t, width, b)| {
                 let ok = b.hits + b.misses;
                 Point {
-                    t: i as f64 * BIN_SECONDS,
-                    offered_rate: b.arrivals as f64 / BIN_SECONDS,
-                    rate: ok as f64 / BIN_SECONDS,
-                    error_rate: b.errors as f64 / BIN_SECONDS,
+                    t,
+                    width_s: width,
+                    offered_rate: b.arrivals as f64 / width,
+                    rate: ok as f64 / width,
+                    error_rate: b.errors as f64 / width,
                     dhr: ratio(b.hits, ok),
                     bhr: ratio(b.hit_bytes, b.bytes),
                     offered_dhr: ratio(b.offered_hits, ok),
@@ -449,4 +462,58 @@ pub fn summary_table(reports: &[Report]) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{Outcome, Stats, Tx};
+
+    #[test]
+    fn a_short_last_bin_is_charted_per_second_of_it_or_left_out() {
+        let mut w = Workload::builtin("datacomm-1").unwrap();
+        w.phases.truncate(1);
+        w.phases[0].duration_s = 12.0;
+        let run = |elapsed_s: f64| {
+            let mut stats = Stats::new(1);
+            // 10 req/s for the whole run: every bin's rate must come out at 10.
+            for i in 0..(elapsed_s * 10.0) as u64 {
+                let t = i as f64 / 10.0;
+                stats.arrival(0, t);
+                stats.record(&Tx {
+                    intended_s: t,
+                    phase: 0,
+                    outcome: Outcome::Miss,
+                    bytes: 100,
+                    rt_us: 1000,
+                    offered_hit: false,
+                    cachable: true,
+                });
+            }
+            let out = Outcomes {
+                stats,
+                elapsed_s,
+                fill_bytes: 0,
+            };
+            let info = RunInfo {
+                label: "x".into(),
+                mode: "no proxy".into(),
+                scale: 1.0,
+                robots: 1,
+                think_mean_s: 0.0,
+            };
+            Report::new(info, &w, &out, None)
+        };
+        let r = run(12.0);
+        let widths: Vec<f64> = r.series.iter().map(|p| p.width_s).collect();
+        assert_eq!(widths, [5.0, 5.0, 2.0]);
+        for p in &r.series {
+            assert!((p.rate - 10.0).abs() < 1e-9, "{p:?}");
+            assert!((p.offered_rate - 10.0).abs() < 1e-9, "{p:?}");
+        }
+        // A run that ended 0.5 s into its last bin: that bin is not charted.
+        let r = run(10.5);
+        assert_eq!(r.series.len(), 2);
+        assert_eq!(r.total.requests, 105);
+    }
 }
