@@ -28,9 +28,54 @@ impl Acl {
     }
 }
 
+/// A set of TCP ports, from numbers and `low-high` ranges.
+#[derive(Debug, Clone, Default)]
+pub struct PortSet {
+    ranges: Vec<(u16, u16)>,
+}
+
+impl PortSet {
+    pub fn parse(items: &[String]) -> Result<PortSet, String> {
+        let mut ranges = Vec::new();
+        for item in items {
+            let bad = || format!("invalid port or range {item:?}");
+            let (lo, hi) = match item.split_once('-') {
+                Some((a, b)) => (
+                    a.trim().parse::<u16>().map_err(|_| bad())?,
+                    b.trim().parse::<u16>().map_err(|_| bad())?,
+                ),
+                None => {
+                    let p = item.trim().parse::<u16>().map_err(|_| bad())?;
+                    (p, p)
+                }
+            };
+            if lo == 0 || lo > hi {
+                return Err(bad());
+            }
+            ranges.push((lo, hi));
+        }
+        Ok(PortSet { ranges })
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        self.ranges
+            .iter()
+            .any(|(lo, hi)| (*lo..=*hi).contains(&port))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_sets_parse_numbers_and_ranges() {
+        let p = PortSet::parse(&["80".into(), "1025-65535".into()]).unwrap();
+        assert!(p.contains(80) && p.contains(8080) && !p.contains(25) && !p.contains(443));
+        assert!(PortSet::parse(&["0".into()]).is_err());
+        assert!(PortSet::parse(&["9-3".into()]).is_err());
+        assert!(PortSet::parse(&["http".into()]).is_err());
+    }
 
     #[test]
     fn loopback_only_by_default() {

@@ -51,6 +51,11 @@ impl Reply {
             http::header::CACHE_CONTROL,
             http::HeaderValue::from_static("no-store"),
         );
+        if let Ok(date) =
+            http::HeaderValue::from_str(&httpdate::fmt_http_date(std::time::SystemTime::now()))
+        {
+            headers.insert(http::header::DATE, date);
+        }
         let body = format!(
             "{} {}\n{text}\n",
             status.as_u16(),

@@ -40,6 +40,9 @@ pub struct AccessSettings {
     pub allow: Vec<IpNet>,
     /// Client networks allowed to send `PURGE`. Default: loopback only.
     pub purge: Vec<IpNet>,
+    /// Ports a forward-proxy `http://` request may reach: numbers or `"low-high"` ranges.
+    /// Default, like Squid's Safe_ports: 80, 443 and the unprivileged ports.
+    pub safe_ports: Vec<String>,
 }
 
 fn loopback() -> Vec<IpNet> {
@@ -54,6 +57,7 @@ impl Default for AccessSettings {
         AccessSettings {
             allow: loopback(),
             purge: loopback(),
+            safe_ports: vec!["80".into(), "443".into(), "1025-65535".into()],
         }
     }
 }
@@ -271,6 +275,8 @@ impl Settings {
         if self.listeners.iter().any(|l| l.mode == Mode::Reverse) && self.origins.is_empty() {
             return Err("origin: a reverse listener needs at least one [[origin]] route".into());
         }
+        crate::acl::PortSet::parse(&self.access.safe_ports)
+            .map_err(|e| format!("access.safe_ports: {e}"))?;
         if self.cache.memory < 1 << 20 {
             return Err("cache.memory: at least 1MiB".into());
         }

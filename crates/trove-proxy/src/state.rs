@@ -22,6 +22,8 @@ pub struct Shared {
     pub settings: Settings,
     pub acl: Acl,
     pub purge_acl: Acl,
+    /// Ports forward-proxy requests may reach.
+    pub safe_ports: crate::acl::PortSet,
     pub routes: Routes,
     pub store: Arc<MemoryStore>,
     pub pool: Arc<Pool>,
@@ -31,6 +33,9 @@ pub struct Shared {
     reverse_policy: Policy,
     /// Fetches in progress, by cache key, that later requests may join.
     pub inflight: Mutex<HashMap<String, Arc<InFlight>>>,
+    /// Keys whose last response could not be stored (uncacheable or too large), so their
+    /// misses forward the client's own Range and validators (see `cache::pass_memo`).
+    pub uncacheable: Mutex<HashMap<String, std::time::Instant>>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
     pub via: HeaderValue,
@@ -68,6 +73,8 @@ impl Shared {
         Ok(Shared {
             acl: Acl::new(&settings.access.allow),
             purge_acl: Acl::new(&settings.access.purge),
+            safe_ports: crate::acl::PortSet::parse(&settings.access.safe_ports)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             routes: Routes::new(&settings.origins),
             origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
             settings,
@@ -78,6 +85,7 @@ impl Shared {
             forward_policy: base,
             reverse_policy,
             inflight: Mutex::new(HashMap::new()),
+            uncacheable: Mutex::new(HashMap::new()),
             via_name,
             via,
         })

@@ -2,10 +2,14 @@
 //! copied both ways until either side closes. Only ports in `connect.allowed_ports` are
 //! reachable, so the proxy can't be used to reach arbitrary services.
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::StatusCode;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -27,6 +31,7 @@ pub async fn run(
     port: u16,
     allowed_ports: &[u16],
     connect_timeout: Duration,
+    idle_timeout: Duration,
 ) -> TunnelResult {
     let refuse = |status: StatusCode| TunnelResult {
         status,
@@ -65,18 +70,111 @@ pub async fn run(
         return refuse(StatusCode::OK);
     }
     let ReadSide { io: rd, buf } = rs;
-    let Ok(mut client) = rd.reunite(wr) else {
+    let Ok(client) = rd.reunite(wr) else {
         return refuse(StatusCode::OK);
     };
     let mut server = server;
     if !buf.is_empty() && server.write_all(&buf).await.is_err() {
         return refuse(StatusCode::OK);
     }
-    let (_, to_client) = tokio::io::copy_bidirectional(&mut client, &mut server)
-        .await
-        .unwrap_or((0, 0));
+    // A tunnel with no bytes either way for `idle_timeout` is closed, so silent tunnels
+    // can't hold connection slots forever.
+    let last = Arc::new(AtomicU64::new(0));
+    let epoch = tokio::time::Instant::now();
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut client = Activity::new(client, Arc::clone(&last), epoch, Arc::clone(&sent));
+    let mut server = Activity::new(
+        server,
+        Arc::clone(&last),
+        epoch,
+        Arc::new(AtomicU64::new(0)),
+    );
+    let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
+    tokio::pin!(copy);
+    let to_client = loop {
+        let since = Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = epoch + since + idle_timeout;
+        tokio::select! {
+            r = &mut copy => break r.map(|(_, to_client)| to_client).unwrap_or(0),
+            _ = tokio::time::sleep_until(deadline) => {
+                let idle = epoch.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+                if idle >= idle_timeout {
+                    break sent.load(Ordering::Relaxed);
+                }
+            }
+        }
+    };
     TunnelResult {
         status: StatusCode::OK,
         bytes_to_client: to_client,
+    }
+}
+
+/// A stream that notes when bytes last moved through it.
+struct Activity<S> {
+    inner: S,
+    last: Arc<AtomicU64>,
+    epoch: tokio::time::Instant,
+    written: Arc<AtomicU64>,
+}
+
+impl<S> Activity<S> {
+    fn new(
+        inner: S,
+        last: Arc<AtomicU64>,
+        epoch: tokio::time::Instant,
+        written: Arc<AtomicU64>,
+    ) -> Self {
+        Activity {
+            inner,
+            last,
+            epoch,
+            written,
+        }
+    }
+
+    fn touch(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Activity<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.written.fetch_add(n as u64, Ordering::Relaxed);
+                self.touch();
+            }
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -131,6 +131,8 @@ pub struct S3Fifo {
     ghost_limit: usize,
     /// Ghosts remember evicted objects by fingerprint: a re-fetched object gets a new id.
     fingerprints: HashMap<u64, u64>,
+    /// Ids removed from `meta` but still sitting in a queue (lazy removal).
+    dead: usize,
 }
 
 impl S3Fifo {
@@ -146,7 +148,22 @@ impl S3Fifo {
             ghost_set: HashSet::new(),
             ghost_limit: 4096,
             fingerprints: HashMap::new(),
+            dead: 0,
         }
+    }
+
+    /// Drops dead ids from the queues once they outnumber the live ones, so a store that
+    /// replaces objects without ever filling up does not grow its queues without bound.
+    fn compact(&mut self) {
+        if self.dead <= self.meta.len() + 1024 {
+            return;
+        }
+        let meta = &self.meta;
+        self.small
+            .retain(|id| meta.get(id).is_some_and(|m| m.queue == Queue::Small));
+        self.main
+            .retain(|id| meta.get(id).is_some_and(|m| m.queue == Queue::Main));
+        self.dead = 0;
     }
 
     /// An object whose fingerprint is still in the ghost queue goes straight to main.
@@ -246,6 +263,8 @@ impl Eviction for S3Fifo {
                 self.small_bytes = self.small_bytes.saturating_sub(m.size);
             }
             self.fingerprints.remove(&id);
+            self.dead += 1;
+            self.compact();
         }
     }
 
@@ -304,6 +323,20 @@ mod tests {
         // holds only returning objects.
         assert_eq!(p.victim(), Some(3));
         assert_eq!(p.victim(), Some(2));
+    }
+
+    #[test]
+    fn replaced_objects_do_not_grow_the_queues() {
+        let mut p = S3Fifo::new(1 << 30);
+        for id in 0..100_000u64 {
+            p.insert(id, 7, 10);
+            p.remove(id);
+        }
+        assert!(
+            p.small.len() + p.main.len() < 2_000,
+            "{} queued",
+            p.small.len() + p.main.len()
+        );
     }
 
     #[test]

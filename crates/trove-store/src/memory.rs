@@ -194,6 +194,11 @@ impl MemoryStore {
         self.evict_to_budget(idx);
     }
 
+    /// True while `obj` itself (not a replacement) is stored.
+    pub fn holds(&self, obj: &Object) -> bool {
+        self.shard(&obj.key).lock().ids.contains_key(&obj.id)
+    }
+
     /// Removes one stored object (if it is still the stored one).
     pub fn remove_object(&self, obj: &Object) -> bool {
         self.shard(&obj.key).lock().remove_id(obj.id, &self.bytes)

@@ -35,6 +35,9 @@ pub struct Prepared {
     pub fresh_until: Option<SystemTime>,
     /// The corrected initial age (RFC 9111 §4.2.3), so `Age` = this + time since receipt.
     pub initial_age: Duration,
+    /// Which caching policy `fresh_until` was worked out under (the proxy's listeners may
+    /// obey different targeted fields); the fast path applies only under the same one.
+    pub policy_id: u8,
 }
 
 /// One stored response: the primary key (the normalised URI), the variant key (the

@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use trove_http::preconditions::{self, Precondition};
 use trove_store::Object;
 
-use crate::cache::headers::{cache_status, CACHE_STATUS};
+use crate::cache::headers::{set_cache_status, CACHE_STATUS};
 use crate::cache::{partial, prepare, range};
 use crate::client::head::RequestHead;
 use crate::outcome::Outcome;
@@ -32,7 +32,7 @@ pub fn stored(
     }
     let mut headers = head.headers.clone();
     headers.insert(header::AGE, trove_http::age_value(age));
-    headers.insert(CACHE_STATUS, cache_status(status_detail));
+    set_cache_status(&mut headers, status_detail, head.headers.get(CACHE_STATUS));
     headers.remove(trove_http::TROVE_CACHE_CONTROL);
 
     // The client's own preconditions, against the stored response (RFC 9110 §13.2.2).
@@ -47,7 +47,7 @@ pub fn stored(
         Precondition::NotModified => {
             let mut h = preconditions::not_modified_headers(&headers);
             h.insert(header::AGE, trove_http::age_value(age));
-            h.insert(CACHE_STATUS, cache_status(status_detail));
+            set_cache_status(&mut h, status_detail, head.headers.get(CACHE_STATUS));
             return Reply {
                 status: StatusCode::NOT_MODIFIED,
                 headers: h,
@@ -117,7 +117,9 @@ pub fn stored(
                 };
             }
         }
-        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if !headers.contains_key(header::ACCEPT_RANGES) {
+            headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        }
     }
 
     let body = match obj.body.complete_bytes() {
@@ -154,7 +156,7 @@ fn plain(
         headers.insert(header::CONTENT_TYPE, ct.clone());
     }
     headers.insert(header::AGE, trove_http::age_value(age));
-    headers.insert(CACHE_STATUS, cache_status(status_detail));
+    set_cache_status(&mut headers, status_detail, head.headers.get(CACHE_STATUS));
     if head.status == StatusCode::OK && !head.headers.contains_key(header::ACCEPT_RANGES) {
         headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     }
@@ -206,7 +208,10 @@ fn from_partial(obj: &Arc<Object>, req: &RequestHead, headers: &http::HeaderMap)
     let start = want.first - have.first;
     let end = want.last - have.first + 1;
     let body = match obj.body.complete_bytes() {
-        Some(b) => ReplyBody::Bytes(b.slice(start as usize..end as usize)),
+        Some(b) => ReplyBody::Bytes(
+            b.get(start as usize..end as usize)
+                .map(|s| b.slice_ref(s))?,
+        ),
         None => ReplyBody::Stored {
             reader: obj.body.reader(start),
             end: Some(end),

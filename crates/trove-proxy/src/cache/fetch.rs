@@ -144,7 +144,12 @@ pub fn store(
             }
         }
     }
-    let body = Body::new(resp.content_length());
+    // A 206's length is that of its range, whatever the origin declares or omits.
+    let expected = match partial::stored_range(&headers) {
+        Some(r) if resp.status == StatusCode::PARTIAL_CONTENT => Some(r.len()),
+        _ => resp.content_length(),
+    };
+    let body = Body::new(expected);
     let mut head = ObjectHead {
         status: resp.status,
         headers,
@@ -195,10 +200,22 @@ async fn fill(
                 since_recharge += n;
                 if since_recharge >= RECHARGE_EVERY && !body.is_bounded() {
                     since_recharge = 0;
-                    store.recharge(obj);
+                    if store.holds(obj) {
+                        store.recharge(obj);
+                    } else {
+                        // Purged, evicted or replaced mid-transfer: nobody new can find it,
+                        // so read no faster than the clients still reading it.
+                        body.set_bounded(read_ahead);
+                    }
                 }
             }
             Ok(None) => {
+                if body.expected_len().is_some_and(|n| n != body.len()) {
+                    // Shorter than promised: never keep it as complete.
+                    body.finish(Err(BodyError::Incomplete));
+                    store.remove_object(obj);
+                    return;
+                }
                 body.finish(Ok(()));
                 if !body.is_bounded() {
                     store.recharge(obj);

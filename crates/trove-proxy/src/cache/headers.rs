@@ -82,3 +82,17 @@ pub fn cache_status(detail: &str) -> HeaderValue {
 }
 
 pub const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// Sets `Cache-Status`, keeping what caches further upstream said after trove's own entry
+/// (RFC 9211 §2: each cache prepends its member).
+pub fn set_cache_status(headers: &mut HeaderMap, detail: &str, upstream: Option<&HeaderValue>) {
+    let ours = cache_status(detail);
+    let value = match upstream.and_then(|u| u.to_str().ok()) {
+        Some(u) if !u.trim().is_empty() => {
+            HeaderValue::from_str(&format!("{}, {u}", ours.to_str().unwrap_or("trove")))
+                .unwrap_or(ours)
+        }
+        _ => ours,
+    };
+    headers.insert(CACHE_STATUS, value);
+}

@@ -44,7 +44,7 @@ pub fn lookup(
     // The common hit: one variant whose reuse depends on age alone, a plain request.
     if let [obj] = variants.as_slice() {
         if prepare::plain_request(req)
-            && prepare::fresh(&obj.head, now)
+            && prepare::fresh(&obj.head, policy, now)
             && !matches!(obj.body.outcome(), Some(Err(_)))
         {
             let resident = now

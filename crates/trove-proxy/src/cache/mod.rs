@@ -20,6 +20,7 @@ mod fetch;
 mod headers;
 mod lookup;
 mod partial;
+mod pass_memo;
 mod prepare;
 mod range;
 pub mod target;
@@ -97,6 +98,14 @@ pub async fn handle<R: AsyncRead + Unpin>(
     if req.method.as_str() == "PURGE" {
         return purge(&cx);
     }
+    if req.method == Method::CONNECT {
+        // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
+        return Reply::simple(
+            StatusCode::METHOD_NOT_ALLOWED,
+            Outcome::None,
+            "CONNECT is not served here",
+        );
+    }
     if (req.method == Method::GET || req.method == Method::HEAD) && body.is_done() {
         return cacheable(&cx).await;
     }
@@ -155,10 +164,16 @@ fn hit(cx: &Ctx<'_>, obj: &Arc<Object>, outcome: Outcome, detail: &str) -> Reply
 
 /// A miss: join a fetch already under way for this key, or lead one.
 async fn miss(cx: &Ctx<'_>) -> Reply {
+    if pass_memo::remembered(cx.shared, &cx.target.key) {
+        return miss_uncacheable(cx).await;
+    }
     let mut leader: Option<Leader> = None;
-    match collapse::join(cx.shared, &cx.target.key) {
-        Role::Leader(l) => leader = Some(l),
-        Role::Follower(f) => {
+    // Only GETs collapse: a HEAD's response is never stored, so it can't feed waiters.
+    let role = (cx.req.method == Method::GET).then(|| collapse::join(cx.shared, &cx.target.key));
+    match role {
+        None => {}
+        Some(Role::Leader(l)) => leader = Some(l),
+        Some(Role::Follower(f)) => {
             let waited =
                 tokio::time::timeout(cx.shared.settings.timeouts.origin_response, f.wait()).await;
             if let Ok(Collapsed::Stored(obj)) = waited {
@@ -195,6 +210,28 @@ async fn miss(cx: &Ctx<'_>) -> Reply {
     }
 }
 
+/// A miss for a URL whose last response could not be stored: no collapsing, and the
+/// client's Range and validators go to the origin, so a resumed download of a file too big
+/// to cache fetches only the missing part and a browser's revalidation costs a 304.
+async fn miss_uncacheable(cx: &Ctx<'_>) -> Reply {
+    let resp = fetch::send(
+        cx.shared,
+        cx.req,
+        &cx.target,
+        cx.mode,
+        cx.client_ip,
+        false,
+        None,
+        OriginRequestBody::empty(),
+        true,
+    )
+    .await;
+    match resp {
+        Ok(resp) => from_origin(cx, resp, None, Outcome::Miss, "fwd=miss"),
+        Err(e) => origin_error(e, Outcome::Miss),
+    }
+}
+
 /// The Store-or-pass step for a response fresh from the origin.
 fn from_origin(
     cx: &Ctx<'_>,
@@ -207,16 +244,29 @@ fn from_origin(
     match fetch::may_store(cx.shared, cx.policy, cx.req, &resp) {
         Ok(()) => match fetch::store(cx.shared, cx.policy, cx.req, &cx.target, resp) {
             Ok(obj) => {
+                pass_memo::forget(cx.shared, &cx.target.key);
                 if let Some(l) = leader {
                     l.publish(Collapsed::Stored(Arc::clone(&obj)));
                 }
                 let detail = format!("{fwd}; fwd-status={}; stored", obj.head.status.as_u16());
                 deliver::stored(&obj, cx.req, fetch::now(), outcome, &detail, peer)
             }
-            Err(resp) => pass_through(cx, *resp, outcome, &format!("{fwd}; detail=too-large")),
+            Err(resp) => {
+                pass_memo::remember(cx.shared, &cx.target.key);
+                pass_through(cx, *resp, outcome, &format!("{fwd}; detail=too-large"))
+            }
         },
         Err(why) => {
             drop(leader);
+            // A 304 or 206 answering the client's own conditional or range says nothing
+            // about whether the whole response could be stored.
+            if cx.req.method == Method::GET
+                && resp.status != StatusCode::NOT_MODIFIED
+                && resp.status != StatusCode::PARTIAL_CONTENT
+                && why != trove_http::NotStorable::RequestNoStore
+            {
+                pass_memo::remember(cx.shared, &cx.target.key);
+            }
             pass_through(
                 cx,
                 resp,
@@ -230,7 +280,8 @@ fn from_origin(
 /// Sends an origin response on without storing it.
 fn pass_through(cx: &Ctx<'_>, resp: OriginResponse, outcome: Outcome, detail: &str) -> Reply {
     let mut headers = headers::from_origin(cx.shared, &resp.headers, resp.response_time);
-    headers.insert(headers::CACHE_STATUS, headers::cache_status(detail));
+    let upstream = resp.headers.get(headers::CACHE_STATUS).cloned();
+    headers::set_cache_status(&mut headers, detail, upstream.as_ref());
     let peer = Some(resp.upstream.authority());
     let status = resp.status;
     let no_body = cx.req.method == Method::HEAD
@@ -271,6 +322,14 @@ fn origin_error(e: OriginError, outcome: Outcome) -> Reply {
         r.headers
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    r
+}
+
+/// A stored response needed validating and the origin could not be reached: RFC 9111
+/// §5.2.2.2 and §4.2.4 ask for a generated error, 504 by preference, instead of the stale one.
+fn disconnected(e: OriginError) -> Reply {
+    let mut r = origin_error(e, Outcome::RefreshFailErr);
+    r.status = StatusCode::GATEWAY_TIMEOUT;
     r
 }
 
@@ -332,7 +391,7 @@ async fn revalidate(cx: &Ctx<'_>, obj: Arc<Object>, reason: &str) -> Reply {
                     "hit; fwd=stale; detail=stale-if-error",
                 );
             }
-            origin_error(e, Outcome::RefreshFailErr)
+            disconnected(e)
         }
         Ok(resp) if resp.status == StatusCode::NOT_MODIFIED => {
             let peer = Some(resp.upstream.authority());
@@ -420,6 +479,7 @@ async fn refetch(cx: &Ctx<'_>, stale: Option<Arc<Object>>, outcome: Outcome) -> 
                         "hit; fwd=stale; detail=stale-if-error",
                     );
                 }
+                return disconnected(e);
             }
             origin_error(e, outcome)
         }
@@ -531,7 +591,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         Framing::Length(n) => Some(n),
         Framing::Chunked => None,
     };
-    let (tx, origin_body) = if len == Some(0) {
+    let (mut tx, origin_body) = if len == Some(0) {
         (None, OriginRequestBody::empty())
     } else {
         let (tx, b) = body_channel(len);
@@ -552,37 +612,75 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         origin_body,
         idempotent && tx.is_none(),
     );
-    let pump = async {
-        let Some(tx) = tx else { return Ok(()) };
+    // The pump owns its own sender and drops it when the body ends, which ends the body
+    // sent to the origin; `tx` stays here to abort that body if the client's fails.
+    let pump_tx = tx.clone();
+    let pump = async move {
+        let Some(pump_tx) = pump_tx else {
+            return Ok(());
+        };
         loop {
             match body.next().await {
                 Ok(Some(b)) => {
-                    if tx.send(Ok(b)).await.is_err() {
+                    if pump_tx.send(Ok(b)).await.is_err() {
                         return Ok(());
                     }
                 }
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(e))).await;
-                    return Err(e);
+                Ok(None) => {
+                    drop(pump_tx);
+                    return Ok(());
                 }
+                Err(e) => return Err(e),
             }
         }
     };
-    let (resp, pumped) = tokio::join!(send, pump);
-    if let Err(e) = pumped {
+    tokio::pin!(send);
+    tokio::pin!(pump);
+    // The origin may answer (or fail) before the client has sent the whole body: then stop
+    // reading the client rather than wait on it.
+    let mut pumped = None;
+    let resp = loop {
+        tokio::select! {
+            r = &mut send => break r,
+            p = &mut pump, if pumped.is_none() => {
+                match p {
+                    Err(e) => {
+                        if let Some(tx) = &tx {
+                            let _ = tx.try_send(Err(std::io::Error::other(e)));
+                        }
+                    }
+                    // The whole body is on its way: let the channel close.
+                    Ok(()) => drop(tx.take()),
+                }
+                pumped = Some(p);
+            }
+        }
+    };
+    if let Some(Err(e)) = pumped {
         cx.shared
             .metrics
             .bad_requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Reply::simple(StatusCode::BAD_REQUEST, Outcome::None, &e.to_string()).closing();
     }
-    match resp {
+    let unfinished = pumped.is_none() && tx.is_some();
+    if unfinished {
+        // Make sure the origin never takes a cut-short body for a complete one.
+        if let Some(tx) = &tx {
+            let _ = tx.try_send(Err(std::io::Error::other("client body abandoned")));
+        }
+    }
+    let reply = match resp {
         Err(e) => origin_error(e, Outcome::Miss),
         Ok(resp) => {
             invalidate(cx, &resp);
             pass_through(cx, resp, Outcome::Miss, "fwd=method")
         }
+    };
+    if unfinished {
+        reply.closing()
+    } else {
+        reply
     }
 }
 

@@ -24,6 +24,11 @@ pub fn span(obj: &Object) -> Option<(ByteRange, u64)> {
     Some((cr.range?, cr.complete_length?))
 }
 
+/// The range a 206's `Content-Range` names.
+pub fn stored_range(headers: &HeaderMap) -> Option<ByteRange> {
+    range::response_content_range(headers).and_then(|c| c.range)
+}
+
 /// Whether a 206 response names one range of a known total length (the only kind stored).
 pub fn storable_206(headers: &HeaderMap, content_length: Option<u64>) -> bool {
     let Some(cr) = range::response_content_range(headers) else {
@@ -97,6 +102,9 @@ pub fn combine(store: &MemoryStore, policy: &Policy, key: &str) -> bool {
         let Some(body) = obj.body.complete_bytes() else {
             continue;
         };
+        if body.len() as u64 != r.len() {
+            continue; // never trust a part whose bytes don't match its range
+        }
         match run.as_mut() {
             Some((cur, bytes, count)) if r.first <= cur.last + 1 => {
                 if r.last > cur.last {

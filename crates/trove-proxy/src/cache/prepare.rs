@@ -20,6 +20,7 @@ fn set_per_hit(name: &header::HeaderName) -> bool {
         || name == header::CONTENT_TYPE
         || name == trove_http::TROVE_CACHE_CONTROL
         || name == header::CONTENT_LENGTH
+        || name == super::headers::CACHE_STATUS
 }
 
 /// Fills `head.prepared`.
@@ -54,6 +55,7 @@ pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
         wire: wire.freeze(),
         fresh_until,
         initial_age,
+        policy_id: policy_id(policy),
     };
 }
 
@@ -74,9 +76,19 @@ pub fn unconditional(headers: &HeaderMap) -> bool {
         || headers.contains_key(header::RANGE))
 }
 
-/// Fresh by the fast path at `now`, if it applies.
-pub fn fresh(head: &ObjectHead, now: SystemTime) -> bool {
-    head.prepared.fresh_until.is_some_and(|t| now < t)
+/// Fresh by the fast path at `now`, if it applies under `policy`.
+pub fn fresh(head: &ObjectHead, policy: &Policy, now: SystemTime) -> bool {
+    head.prepared.policy_id == policy_id(policy)
+        && head.prepared.fresh_until.is_some_and(|t| now < t)
+}
+
+/// Policies differ between listeners only in the targeted fields they obey.
+fn policy_id(policy: &Policy) -> u8 {
+    if policy.targeted_fields.is_empty() {
+        1
+    } else {
+        2
+    }
 }
 
 #[cfg(test)]
@@ -138,7 +150,7 @@ mod tests {
                 };
                 let slow =
                     trove_http::reuse(&policy, &stored, &Method::GET, &HeaderMap::new(), now);
-                if fresh(&h, now) {
+                if fresh(&h, &policy, now) {
                     assert!(
                         matches!(slow, trove_http::Reuse::Fresh { .. }),
                         "{fields:?} at +{later}s: fast says fresh, rules say {slow:?}"
@@ -147,7 +159,10 @@ mod tests {
                 if matches!(slow, trove_http::Reuse::Fresh { .. })
                     && h.prepared.fresh_until.is_some()
                 {
-                    assert!(fresh(&h, now), "{fields:?} at +{later}s: rules say fresh");
+                    assert!(
+                        fresh(&h, &policy, now),
+                        "{fields:?} at +{later}s: rules say fresh"
+                    );
                 }
             }
         }

@@ -43,7 +43,10 @@ pub fn answer(
             h.insert(header::CONTENT_RANGE, range::content_range(&r, total));
             let end = r.last + 1;
             let body = match obj.body.complete_bytes() {
-                Some(b) => ReplyBody::Bytes(b.slice(r.first as usize..end as usize)),
+                Some(b) => ReplyBody::Bytes(
+                    b.get(r.first as usize..end as usize)
+                        .map(|s| b.slice_ref(s))?,
+                ),
                 None => ReplyBody::Stored {
                     reader: obj.body.reader(r.first),
                     end: Some(end),
@@ -67,7 +70,7 @@ pub fn answer(
                 out.put_slice(
                     range::multipart_part_header(&boundary, ctype.as_ref(), r, total).as_bytes(),
                 );
-                out.put_slice(&all[r.first as usize..=r.last as usize]);
+                out.put_slice(all.get(r.first as usize..=r.last as usize)?);
             }
             out.put_slice(range::multipart_trailer(&boundary).as_bytes());
             let mut h = headers.clone();

@@ -73,6 +73,13 @@ pub fn resolve(shared: &Shared, req: &RequestHead, mode: Mode) -> Result<Target,
         let authority = authority_key(host, port);
         let key = key_of(&authority, path);
         if mode == Mode::Forward {
+            if !shared.safe_ports.contains(port.unwrap_or(80)) {
+                return Err(Box::new(Reply::simple(
+                    StatusCode::FORBIDDEN,
+                    Outcome::Denied,
+                    "this port may not be reached through the proxy ([access] safe_ports)",
+                )));
+            }
             let upstream = Upstream {
                 host: host
                     .trim_start_matches('[')

@@ -42,6 +42,8 @@ pub enum BodyReadError {
     Closed,
     #[error("client connection failed")]
     Io,
+    #[error("client stopped sending the request body")]
+    TimedOut,
     #[error("bad chunked encoding: {0}")]
     BadChunking(&'static str),
 }
@@ -61,16 +63,26 @@ enum State {
 pub struct RequestBody<'a, R> {
     side: &'a mut ReadSide<R>,
     state: State,
+    /// Longest wait for the next bytes of the body.
+    read_timeout: std::time::Duration,
 }
 
 impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
-    pub fn new(side: &'a mut ReadSide<R>, framing: Framing) -> Self {
+    pub fn new(
+        side: &'a mut ReadSide<R>,
+        framing: Framing,
+        read_timeout: std::time::Duration,
+    ) -> Self {
         let state = match framing {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
             Framing::Chunked => State::ChunkSize,
         };
-        RequestBody { side, state }
+        RequestBody {
+            side,
+            state,
+            read_timeout,
+        }
     }
 
     /// True once the whole body (and any trailers) has been read.
@@ -79,10 +91,11 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
     }
 
     async fn need_more(&mut self) -> Result<(), BodyReadError> {
-        match self.side.fill().await {
-            Ok(0) => Err(BodyReadError::Closed),
-            Ok(_) => Ok(()),
-            Err(_) => Err(BodyReadError::Io),
+        match tokio::time::timeout(self.read_timeout, self.side.fill()).await {
+            Err(_) => Err(BodyReadError::TimedOut),
+            Ok(Ok(0)) => Err(BodyReadError::Closed),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(BodyReadError::Io),
         }
     }
 
@@ -225,7 +238,7 @@ mod tests {
 
     async fn read_all(input: &'static [u8], framing: Framing) -> Result<Vec<u8>, BodyReadError> {
         let mut side = ReadSide::new(input);
-        let mut body = RequestBody::new(&mut side, framing);
+        let mut body = RequestBody::new(&mut side, framing, std::time::Duration::from_secs(5));
         let mut out = Vec::new();
         while let Some(b) = body.next().await? {
             out.extend_from_slice(&b);

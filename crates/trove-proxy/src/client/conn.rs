@@ -99,11 +99,11 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
 pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
     let metrics = &shared.metrics;
     metrics.client_accepted.fetch_add(1, Ordering::Relaxed);
-    metrics.client_open.fetch_add(1, Ordering::Relaxed);
+    let _open = OpenGuard::new(Arc::clone(&shared.metrics));
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let mut rs = ReadSide::new(rd);
-    let mut w = ClientWriter::new(wr);
+    let mut w = ClientWriter::new(wr, shared.settings.timeouts.client_write);
     let mut served = 0u64;
     loop {
         let head = match read_head(&mut rs, &shared).await {
@@ -115,15 +115,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 let start = SystemTime::now();
                 let reply = Reply::simple(e.status(), Outcome::None, &e.to_string());
                 let before = w.sent;
-                write_reply(
-                    &mut w,
-                    reply,
-                    &Method::GET,
-                    Version::HTTP_11,
-                    false,
-                    shared.settings.timeouts.client_write,
-                )
-                .await;
+                write_reply(&mut w, reply, &Method::GET, Version::HTTP_11, false).await;
                 shared.log.log(&LogRecord {
                     start,
                     elapsed: start.elapsed().unwrap_or_default(),
@@ -163,6 +155,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 port,
                 &shared.settings.connect.allowed_ports,
                 shared.settings.timeouts.connect,
+                shared.settings.timeouts.client_idle,
             )
             .await;
             let outcome = if result.status == StatusCode::FORBIDDEN {
@@ -183,11 +176,11 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 content_type: "-",
             });
             metrics.record(outcome, start.elapsed(), result.bytes_to_client);
-            metrics.client_open.fetch_sub(1, Ordering::Relaxed);
             return;
         }
 
-        let mut body = RequestBody::new(&mut rs, head.framing);
+        let mut body =
+            RequestBody::new(&mut rs, head.framing, shared.settings.timeouts.client_head);
         let reply = if !info.allowed {
             Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing()
         } else {
@@ -198,7 +191,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             // not carry its space between requests.
             Box::pin(crate::cache::handle(&shared, &head, info, &mut body)).await
         };
-        let body_clean = body.is_done() || body.drain(DRAIN_LIMIT).await;
+        let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
         let keep_alive = head.keep_alive && !reply.close && body_clean;
         let outcome = reply.outcome;
         let status = reply.status;
@@ -210,15 +203,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             .unwrap_or("-")
             .to_string();
         let before = w.sent;
-        let written = write_reply(
-            &mut w,
-            reply,
-            &head.method,
-            head.version,
-            keep_alive,
-            shared.settings.timeouts.client_write,
-        )
-        .await;
+        let written = write_reply(&mut w, reply, &head.method, head.version, keep_alive).await;
         let sent = w.sent - before;
         let url = crate::cache::log_url(&head, info.mode);
         shared.log.log(&LogRecord {
@@ -238,5 +223,21 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             break;
         }
     }
-    metrics.client_open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Counts a connection open for exactly as long as its task lives, however it ends (even by
+/// a panic), so the connection limit can't leak.
+struct OpenGuard(Arc<crate::metrics::Metrics>);
+
+impl OpenGuard {
+    fn new(metrics: Arc<crate::metrics::Metrics>) -> OpenGuard {
+        metrics.client_open.fetch_add(1, Ordering::Relaxed);
+        OpenGuard(metrics)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.client_open.fetch_sub(1, Ordering::Relaxed);
+    }
 }

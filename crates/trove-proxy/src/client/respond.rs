@@ -1,7 +1,5 @@
 //! Writing a [`Reply`] to the client, streaming its body from wherever it comes.
 
-use std::time::Duration;
-
 use http::{Method, StatusCode, Version};
 use tokio::io::AsyncWrite;
 
@@ -30,16 +28,8 @@ pub async fn write_reply<W: AsyncWrite + Unpin>(
     method: &Method,
     version: Version,
     keep_alive: bool,
-    timeout: Duration,
 ) -> Written {
-    let fut = write_inner(w, reply, method, version, keep_alive);
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Written {
-            complete: false,
-            must_close: true,
-        },
-    }
+    write_inner(w, reply, method, version, keep_alive).await
 }
 
 async fn write_inner<W: AsyncWrite + Unpin>(
@@ -166,6 +156,11 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                     }
                     Some(Err(_)) => return failed,
                 }
+            }
+            if end.is_some_and(|e| reader.position() < e) {
+                // The stored body ended short of the length we announced: never let the
+                // client take what follows on the connection for the rest of this body.
+                return failed;
             }
             finish(w, chunked, must_close).await
         }

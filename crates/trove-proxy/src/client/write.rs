@@ -36,6 +36,15 @@ pub struct ClientWriter<W> {
     pub io: W,
     pub sent: u64,
     head: BytesMut,
+    /// Longest a single write may wait for the client to accept bytes.
+    timeout: std::time::Duration,
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "client did not accept bytes in time",
+    )
 }
 
 /// Encodes a response head. Hop-by-hop fields must already be gone from `headers`.
@@ -87,9 +96,10 @@ pub fn encode_head(
 }
 
 impl<W: AsyncWrite + Unpin> ClientWriter<W> {
-    pub fn new(io: W) -> Self {
+    pub fn new(io: W, timeout: std::time::Duration) -> Self {
         ClientWriter {
             io,
+            timeout,
             sent: 0,
             // Allocated on first use: an idle connection holds no buffer.
             head: BytesMut::new(),
@@ -128,17 +138,23 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
                         .chain(b)
                         .chain(&b"\r\n"[..]);
                     self.sent += buf.remaining() as u64;
-                    self.io.write_all_buf(&mut buf).await
+                    tokio::time::timeout(self.timeout, self.io.write_all_buf(&mut buf))
+                        .await
+                        .map_err(|_| timed_out())?
                 } else {
                     let mut buf = head.chain(b);
                     self.sent += buf.remaining() as u64;
-                    self.io.write_all_buf(&mut buf).await
+                    tokio::time::timeout(self.timeout, self.io.write_all_buf(&mut buf))
+                        .await
+                        .map_err(|_| timed_out())?
                 }
             }
             _ => {
                 self.sent += head.len() as u64;
                 let mut buf = head;
-                self.io.write_all_buf(&mut buf).await
+                tokio::time::timeout(self.timeout, self.io.write_all_buf(&mut buf))
+                    .await
+                    .map_err(|_| timed_out())?
             }
         }
     }
@@ -151,23 +167,34 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
         if chunked {
             let mut buf = chunk_prefix(b.len()).chain(b).chain(&b"\r\n"[..]);
             self.sent += buf.remaining() as u64;
-            self.io.write_all_buf(&mut buf).await
+            tokio::time::timeout(self.timeout, self.io.write_all_buf(&mut buf))
+                .await
+                .map_err(|_| timed_out())?
         } else {
             self.sent += b.len() as u64;
             let mut b = b;
-            self.io.write_all_buf(&mut b).await
+            tokio::time::timeout(self.timeout, self.io.write_all_buf(&mut b))
+                .await
+                .map_err(|_| timed_out())?
         }
     }
 
     /// Ends a chunked body.
     pub async fn finish_chunked(&mut self) -> std::io::Result<()> {
         self.sent += 5;
-        self.io.write_all(b"0\r\n\r\n").await
+        tokio::time::timeout(self.timeout, self.io.write_all(b"0\r\n\r\n"))
+            .await
+            .map_err(|_| timed_out())?
     }
 
     /// Sends an interim `100 Continue`.
     pub async fn send_continue(&mut self) -> std::io::Result<()> {
-        self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await
+        tokio::time::timeout(
+            self.timeout,
+            self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n"),
+        )
+        .await
+        .map_err(|_| timed_out())?
     }
 
     pub async fn flush(&mut self) -> std::io::Result<()> {
@@ -206,7 +233,7 @@ mod tests {
 
     #[tokio::test]
     async fn chunked_body_is_framed() {
-        let mut w = ClientWriter::new(Vec::new());
+        let mut w = ClientWriter::new(Vec::new(), std::time::Duration::from_secs(5));
         w.send_head(
             StatusCode::OK,
             &HeaderMap::new(),

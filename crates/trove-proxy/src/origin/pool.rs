@@ -82,6 +82,11 @@ impl Pool {
             });
         }
         idle.retain(|_, v| !v.is_empty());
+        // Forget limits of origins with nothing open, so a forward proxy that has talked to
+        // many hosts does not keep an entry for each.
+        self.limits.lock().retain(|key, (sem, _)| {
+            idle.contains_key(key) || sem.available_permits() < self.max_per_origin
+        });
     }
 
     fn limit(&self, key: &Upstream) -> Limit {
