@@ -77,12 +77,7 @@ pub fn stored(
     } else {
         outcome
     };
-    let total = obj
-        .body
-        .outcome()
-        .and_then(|r| r.ok())
-        .map(|_| obj.body.len())
-        .or(obj.body.expected_len());
+    let total = known_length(obj);
 
     if req.method == Method::HEAD {
         return Reply {
@@ -165,10 +160,7 @@ fn plain(
     } else {
         outcome
     };
-    let total = match obj.body.outcome() {
-        Some(Ok(())) => Some(obj.body.len()),
-        _ => obj.body.expected_len(),
-    };
+    let total = known_length(obj);
     let body = if req.method == Method::HEAD {
         ReplyBody::Empty {
             content_length: total,
@@ -226,4 +218,12 @@ fn from_partial(obj: &Arc<Object>, req: &RequestHead, headers: &http::HeaderMap)
         peer: None,
         close: false,
     })
+}
+
+/// The body's length: what arrived if complete, else what the origin declared.
+fn known_length(obj: &Object) -> Option<u64> {
+    match obj.body.outcome() {
+        Some(Ok(())) => Some(obj.body.len()),
+        _ => obj.body.expected_len(),
+    }
 }

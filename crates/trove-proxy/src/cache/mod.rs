@@ -192,18 +192,7 @@ async fn miss(cx: &Ctx<'_>) -> Reply {
             // The leader's response can't be shared with this request: fetch our own.
         }
     }
-    let resp = fetch::send(
-        cx.shared,
-        cx.req,
-        &cx.target,
-        cx.mode,
-        cx.client_ip,
-        true,
-        None,
-        OriginRequestBody::empty(),
-        true,
-    )
-    .await;
+    let resp = fetch_get(cx, true, None).await;
     match resp {
         Ok(resp) => from_origin(cx, resp, leader, Outcome::Miss, "fwd=miss"),
         Err(e) => origin_error(e, Outcome::Miss),
@@ -214,22 +203,32 @@ async fn miss(cx: &Ctx<'_>) -> Reply {
 /// client's Range and validators go to the origin, so a resumed download of a file too big
 /// to cache fetches only the missing part and a browser's revalidation costs a 304.
 async fn miss_uncacheable(cx: &Ctx<'_>) -> Reply {
-    let resp = fetch::send(
+    let resp = fetch_get(cx, false, None).await;
+    match resp {
+        Ok(resp) => from_origin(cx, resp, None, Outcome::Miss, "fwd=miss"),
+        Err(e) => origin_error(e, Outcome::Miss),
+    }
+}
+
+/// A bodyless request for the target to its origin; `strip_conditionals` removes the
+/// client's own conditional and range fields, `extra` adds a cache validation.
+async fn fetch_get(
+    cx: &Ctx<'_>,
+    strip_conditionals: bool,
+    extra: Option<http::HeaderMap>,
+) -> Result<OriginResponse, OriginError> {
+    fetch::send(
         cx.shared,
         cx.req,
         &cx.target,
         cx.mode,
         cx.client_ip,
-        false,
-        None,
+        strip_conditionals,
+        extra,
         OriginRequestBody::empty(),
         true,
     )
-    .await;
-    match resp {
-        Ok(resp) => from_origin(cx, resp, None, Outcome::Miss, "fwd=miss"),
-        Err(e) => origin_error(e, Outcome::Miss),
-    }
+    .await
 }
 
 /// The Store-or-pass step for a response fresh from the origin.
@@ -368,18 +367,7 @@ async fn revalidate(cx: &Ctx<'_>, obj: Arc<Object>, reason: &str) -> Reply {
         };
         return refetch(cx, Some(obj), outcome).await;
     }
-    let resp = fetch::send(
-        cx.shared,
-        cx.req,
-        &cx.target,
-        cx.mode,
-        cx.client_ip,
-        true,
-        Some(cond),
-        OriginRequestBody::empty(),
-        true,
-    )
-    .await;
+    let resp = fetch_get(cx, true, Some(cond)).await;
     let now = fetch::now();
     match resp {
         Err(e) => {
@@ -437,18 +425,7 @@ async fn revalidate(cx: &Ctx<'_>, obj: Arc<Object>, reason: &str) -> Reply {
 
 /// Fetches the whole response again (no validators to use).
 async fn refetch(cx: &Ctx<'_>, stale: Option<Arc<Object>>, outcome: Outcome) -> Reply {
-    let resp = fetch::send(
-        cx.shared,
-        cx.req,
-        &cx.target,
-        cx.mode,
-        cx.client_ip,
-        true,
-        None,
-        OriginRequestBody::empty(),
-        true,
-    )
-    .await;
+    let resp = fetch_get(cx, true, None).await;
     let now = fetch::now();
     let stale_ok =
         |obj: &Object| stale_if_error_allows(cx.policy, &stored_view(obj), &cx.req.headers, now);
