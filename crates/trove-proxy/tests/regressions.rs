@@ -257,3 +257,37 @@ async fn resuming_a_download_too_big_to_cache_fetches_only_the_rest() {
     assert_eq!(r.status, 206);
     assert_eq!(r.body.len(), 50_000);
 }
+
+#[tokio::test]
+async fn error_response_survives_unread_client_bytes() {
+    let trove = Trove::forward(|_| {}).await;
+    let c = trove.client().await;
+    let (mut rd, mut wr) = c.stream.into_split();
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = wr.write_all(b"BAD REQUEST LINE\r\n\r\n").await;
+        let junk = vec![b'x'; 64 * 1024];
+        for _ in 0..8 {
+            if wr.write_all(&junk).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = rd.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    writer.abort();
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 400"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+}

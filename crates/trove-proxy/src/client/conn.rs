@@ -140,6 +140,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                     start.elapsed().unwrap_or_default(),
                     w.sent - before,
                 );
+                lingering_close(&mut rs, &mut w).await;
                 break;
             }
         };
@@ -236,6 +237,26 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         metrics.record(outcome, start.elapsed(), sent);
         if !keep_alive || !written.complete || written.must_close {
             break;
+        }
+    }
+}
+
+/// Closes after an error response without losing it: a close with unread bytes in the
+/// socket sends a reset, which can destroy the response before the client reads it. So stop
+/// sending, then read and discard what the client still sends, briefly and boundedly.
+async fn lingering_close(
+    rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>,
+    w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = w.io.shutdown().await;
+    let mut sink = vec![0u8; 4096];
+    let mut left = 256 * 1024usize;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, rs.io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+            _ => break,
         }
     }
 }

@@ -94,7 +94,23 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
             return Ok(None);
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(httparse::Error::Version) => {
+            // 505 only for a well-formed version trove does not speak (HTTP/2.0 over this
+            // framing, say); anything else in that place is a malformed request line.
+            let line = buf[..].split(|b| *b == b'\n').next().unwrap_or(&[]);
+            let version = line.rsplit(|b| *b == b' ').next().unwrap_or(&[]);
+            let version = version.strip_suffix(b"\r").unwrap_or(version);
+            let well_formed = version.len() == 8
+                && version.starts_with(b"HTTP/")
+                && version[5].is_ascii_digit()
+                && version[6] == b'.'
+                && version[7].is_ascii_digit();
+            return Err(if well_formed {
+                HeadError::Version
+            } else {
+                HeadError::Malformed("invalid HTTP version")
+            });
+        }
         Err(httparse::Error::HeaderName) | Err(httparse::Error::HeaderValue) => {
             // Includes obs-fold (a line starting with whitespace), which RFC 9112 §5.2
             // lets a server reject with 400.
@@ -277,6 +293,18 @@ mod tests {
         assert_eq!(h.method, Method::GET);
         assert!(h.keep_alive);
         assert_eq!(h.framing, Framing::None);
+    }
+
+    #[test]
+    fn bad_versions_are_400_and_unknown_ones_505() {
+        assert_eq!(
+            p("GET / HTTP/2.0\r\nHost: x\r\n\r\n").unwrap_err().status(),
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED
+        );
+        assert_eq!(
+            p("GET / LINE\r\n\r\n").unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]
