@@ -204,13 +204,6 @@ impl Body {
         self.state.lock().bounded.is_some()
     }
 
-    /// Number of readers still attached.
-    pub fn readers(&self) -> usize {
-        let mut st = self.state.lock();
-        st.cursors.retain(|c| c.strong_count() > 0);
-        st.cursors.len()
-    }
-
     /// A reader starting at byte `from`.
     pub fn reader(self: &Arc<Self>, from: u64) -> BodyReader {
         let cursor = Arc::new(AtomicU64::new(from));

@@ -72,11 +72,7 @@ pub fn stored(
         Precondition::Proceed => {}
     }
 
-    let outcome = if outcome == Outcome::MemHit && head.status.as_u16() >= 400 {
-        Outcome::NegativeHit
-    } else {
-        outcome
-    };
+    let outcome = negative(outcome, head.status);
     let total = known_length(obj);
 
     if req.method == Method::HEAD {
@@ -117,18 +113,11 @@ pub fn stored(
         }
     }
 
-    let body = match obj.body.complete_bytes() {
-        Some(b) => ReplyBody::Bytes(b),
-        None => ReplyBody::Stored {
-            reader: obj.body.reader(0),
-            end: total,
-        },
-    };
     Reply {
         status: head.status,
         headers,
         wire: None,
-        body,
+        body: whole_body(obj, total),
         outcome,
         peer,
         close: false,
@@ -155,24 +144,14 @@ fn plain(
     if head.status == StatusCode::OK && !head.headers.contains_key(header::ACCEPT_RANGES) {
         headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     }
-    let outcome = if outcome == Outcome::MemHit && head.status.as_u16() >= 400 {
-        Outcome::NegativeHit
-    } else {
-        outcome
-    };
+    let outcome = negative(outcome, head.status);
     let total = known_length(obj);
     let body = if req.method == Method::HEAD {
         ReplyBody::Empty {
             content_length: total,
         }
     } else {
-        match obj.body.complete_bytes() {
-            Some(b) => ReplyBody::Bytes(b),
-            None => ReplyBody::Stored {
-                reader: obj.body.reader(0),
-                end: total,
-            },
-        }
+        whole_body(obj, total)
     };
     Reply {
         status: head.status,
@@ -225,5 +204,25 @@ fn known_length(obj: &Object) -> Option<u64> {
     match obj.body.outcome() {
         Some(Ok(())) => Some(obj.body.len()),
         _ => obj.body.expected_len(),
+    }
+}
+
+/// The whole stored body: one buffer when complete, else read as it arrives.
+fn whole_body(obj: &Arc<Object>, total: Option<u64>) -> ReplyBody {
+    match obj.body.complete_bytes() {
+        Some(b) => ReplyBody::Bytes(b),
+        None => ReplyBody::Stored {
+            reader: obj.body.reader(0),
+            end: total,
+        },
+    }
+}
+
+/// A memory hit on a stored error response is logged as a negative hit.
+fn negative(outcome: Outcome, status: StatusCode) -> Outcome {
+    if outcome == Outcome::MemHit && status.as_u16() >= 400 {
+        Outcome::NegativeHit
+    } else {
+        outcome
     }
 }

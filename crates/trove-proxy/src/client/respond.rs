@@ -51,25 +51,12 @@ async fn write_inner<W: AsyncWrite + Unpin>(
         ..
     } = reply;
     let wire: &[u8] = wire.as_deref().unwrap_or(b"");
-    let head_only = *method == Method::HEAD || no_body_status(status);
+    // An empty reply is written like a HEAD answer: a head, its length advertised, no body.
+    let head_only = *method == Method::HEAD
+        || no_body_status(status)
+        || matches!(body, ReplyBody::Empty { .. });
     let len = match &body {
-        ReplyBody::Empty { content_length } => {
-            let framing = OutFraming::NoBody {
-                content_length: if no_body_status(status) {
-                    None
-                } else {
-                    *content_length
-                },
-            };
-            let ok = w
-                .send_head(status, &headers, wire, framing, keep_alive, version, None)
-                .await
-                .is_ok();
-            return Written {
-                complete: ok,
-                must_close: !ok,
-            };
-        }
+        ReplyBody::Empty { content_length } => *content_length,
         ReplyBody::Bytes(b) => Some(b.len() as u64),
         ReplyBody::Stored { reader, end } => end.map(|e| e.saturating_sub(reader.position())),
         ReplyBody::Origin(resp) => resp.content_length(),
@@ -91,7 +78,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
     let chunked = framing == OutFraming::Chunked;
     let must_close = framing == OutFraming::Close;
     match body {
-        // Handled before the framing was chosen.
+        // Written as head-only above.
         ReplyBody::Empty { .. } => failed,
         ReplyBody::Bytes(b) => {
             let ok = w
