@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use crate::outcome::Outcome;
+use trove_cache::Outcome;
 
 /// What one log line says.
 #[derive(Debug)]

@@ -18,13 +18,13 @@ pub mod client;
 pub mod listener;
 pub mod metrics;
 pub mod origin;
-pub mod outcome;
 pub mod reply;
 pub mod route;
 pub mod settings;
 pub mod state;
 pub mod status;
 pub mod tunnel;
+pub mod upstream;
 
 pub use listener::{start, Running};
 pub use settings::{Mode, Settings};

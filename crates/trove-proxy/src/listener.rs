@@ -15,16 +15,6 @@ use crate::state::Shared;
 pub struct Running {
     pub shared: Arc<Shared>,
     pub addrs: Vec<(Mode, SocketAddr)>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Running {
-    /// Stops accepting new connections (connections already open run to their end).
-    pub fn stop_accepting(&mut self) {
-        for t in self.tasks.drain(..) {
-            t.abort();
-        }
-    }
 }
 
 /// Binds every listener and starts accepting. Must be called inside a tokio runtime.
@@ -34,24 +24,15 @@ pub async fn start(settings: Settings) -> std::io::Result<Running> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let shared = Arc::new(Shared::new(settings)?);
     let mut addrs = Vec::new();
-    let mut tasks = Vec::new();
     for l in &shared.settings.listeners {
         let listener = TcpListener::bind(l.addr).await.map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.addr))
         })?;
         let addr = listener.local_addr()?;
         addrs.push((l.mode, addr));
-        tasks.push(tokio::spawn(accept_loop(
-            listener,
-            l.mode,
-            Arc::clone(&shared),
-        )));
+        tokio::spawn(accept_loop(listener, l.mode, Arc::clone(&shared)));
     }
-    Ok(Running {
-        shared,
-        addrs,
-        tasks,
-    })
+    Ok(Running { shared, addrs })
 }
 
 async fn accept_loop(listener: TcpListener, mode: Mode, shared: Arc<Shared>) {

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::outcome::Outcome;
+use trove_cache::Outcome;
 
 /// Metric names, declared once.
 pub mod names {
@@ -29,6 +29,8 @@ pub mod names {
     pub const STORE_CAPACITY: &str = "trove_store_capacity_bytes";
     pub const STORE_OBJECTS: &str = "trove_store_objects";
     pub const STORE_EVICTIONS: &str = "trove_store_evictions_total";
+    pub const STORE_REMOVALS: &str = "trove_store_removals_total";
+    pub const ORIGIN_BYTES_WASTED: &str = "trove_origin_bytes_wasted_total";
     pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
 }
 
@@ -90,6 +92,8 @@ pub struct Metrics {
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
     pub shed: AtomicU64,
+    /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
+    pub origin_bytes_wasted: AtomicU64,
 }
 
 /// Store figures, read when rendering.
@@ -99,6 +103,8 @@ pub struct StoreFigures {
     pub capacity: u64,
     pub objects: u64,
     pub evictions: u64,
+    /// Objects removed from the store, by reason (as `trove_store::Removal::ALL`).
+    pub removed: [u64; trove_store::Removal::ALL.len()],
     pub log_dropped: u64,
 }
 
@@ -141,7 +147,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 12] = [
+        let counters: [(&str, &str, u64); 13] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -198,6 +204,11 @@ impl Metrics {
                 "Requests refused with 503 under overload.",
                 g(&self.shed),
             ),
+            (
+                names::ORIGIN_BYTES_WASTED,
+                "Origin body bytes read that no client received (aborted transfers).",
+                g(&self.origin_bytes_wasted),
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -251,6 +262,15 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
+        }
+        let name = names::STORE_REMOVALS;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Objects that left the store, by reason.\n# TYPE {name} counter"
+        );
+        for why in trove_store::Removal::ALL {
+            let n = store.removed[why as usize];
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(

@@ -4,8 +4,12 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use trove_store::BodyReader;
 
+use std::sync::Arc;
+
+use trove_cache::{AbortPolicy, Outcome, Storing};
+
+use crate::metrics::Metrics;
 use crate::origin::OriginResponse;
-use crate::outcome::Outcome;
 
 /// Where a response body comes from.
 #[derive(Debug)]
@@ -21,7 +25,42 @@ pub enum ReplyBody {
         end: Option<u64>,
     },
     /// An origin response passed through without storing.
-    Origin(Box<OriginResponse>),
+    Origin(Box<PassBody>),
+}
+
+/// An origin body passed through to one client, and what to do if that client goes away.
+pub struct PassBody {
+    pub resp: OriginResponse,
+    pub abort: AbortPolicy,
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for PassBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassBody")
+            .field("resp", &self.resp)
+            .finish()
+    }
+}
+
+impl PassBody {
+    /// The client went away after `delivered` body bytes (`unsent` more were read from the
+    /// origin but not delivered): the abort policy decides, in the background, whether the
+    /// rest is read (and the connection reused) or the fetch stops now.
+    pub fn abandon(self, delivered: u64, unsent: u64) {
+        let PassBody {
+            mut resp,
+            abort,
+            metrics,
+        } = self;
+        metrics
+            .origin_bytes_wasted
+            .fetch_add(unsent, std::sync::atomic::Ordering::Relaxed);
+        tokio::spawn(async move {
+            crate::cache::abandon(&mut resp, abort, Storing::No, delivered + unsent, &metrics)
+                .await;
+        });
+    }
 }
 
 /// A response to write, and what to log about it.

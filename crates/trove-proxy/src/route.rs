@@ -3,50 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use http::Uri;
-
 use crate::settings::OriginRoute;
-
-/// One origin server address (`http` only for now).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Upstream {
-    pub host: String,
-    pub port: u16,
-}
-
-impl Upstream {
-    /// Parses `http://host[:port][/]`.
-    pub fn parse(url: &str) -> Result<Upstream, String> {
-        let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err("https upstreams are not supported yet".into()),
-            _ => return Err("scheme must be http".into()),
-        }
-        let host = uri.host().ok_or("no host")?.to_ascii_lowercase();
-        if uri.path() != "/" && !uri.path().is_empty() {
-            return Err("upstream URLs may not carry a path".into());
-        }
-        Ok(Upstream {
-            host,
-            port: uri.port_u16().unwrap_or(80),
-        })
-    }
-
-    /// `host:port` for `Host` headers and logs (port omitted when 80).
-    pub fn authority(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        if self.port == 80 {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-}
+pub use crate::upstream::Upstream;
 
 #[derive(Debug)]
 struct Route {

@@ -83,6 +83,40 @@ pub struct CacheSettings {
     /// Upper bound on heuristic freshness.
     #[serde(deserialize_with = "de_duration")]
     pub heuristic_max: Duration,
+    /// `[cache.cookies]`: what to do with `Set-Cookie` and with requests carrying `Cookie`.
+    pub cookies: trove_cache::CookiePolicy,
+    /// `[cache.abort]`: whether to finish a fetch whose clients have all gone.
+    pub abort: AbortSettings,
+}
+
+/// `[cache.abort]`, the abort policy (see `trove_cache::abort`): when every client of a
+/// fetch that is not being stored has gone, finish it if at most `min_left` bytes remain or
+/// at least `done_pct` percent has arrived; else stop.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AbortSettings {
+    #[serde(deserialize_with = "de_size")]
+    pub min_left: u64,
+    pub done_pct: u8,
+}
+
+impl Default for AbortSettings {
+    fn default() -> Self {
+        let p = trove_cache::AbortPolicy::default();
+        AbortSettings {
+            min_left: p.min_left,
+            done_pct: p.done_pct,
+        }
+    }
+}
+
+impl AbortSettings {
+    pub fn policy(&self) -> trove_cache::AbortPolicy {
+        trove_cache::AbortPolicy {
+            min_left: self.min_left,
+            done_pct: self.done_pct,
+        }
+    }
 }
 
 impl Default for CacheSettings {
@@ -94,6 +128,8 @@ impl Default for CacheSettings {
             read_ahead: 64 << 10,
             heuristic_fraction: 0.1,
             heuristic_max: Duration::from_secs(86_400),
+            cookies: trove_cache::CookiePolicy::default(),
+            abort: AbortSettings::default(),
         }
     }
 }
@@ -268,7 +304,7 @@ impl Settings {
                 return Err(format!("origin[{i}].path_prefix: must start with '/'"));
             }
             for u in &r.upstreams {
-                crate::route::Upstream::parse(u)
+                crate::upstream::Upstream::parse(u)
                     .map_err(|e| format!("origin[{i}].upstreams: {u:?}: {e}"))?;
             }
         }

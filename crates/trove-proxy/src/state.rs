@@ -1,17 +1,18 @@
 //! What every connection shares: settings, the store, the origin pool, metrics, the log.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
+use trove_cache::memo::PassMemo;
+use trove_cache::Rules;
 use trove_http::Policy;
-use trove_store::MemoryStore;
+use trove_store::{MemoryStore, Storage};
 
 use crate::access_log::AccessLog;
 use crate::acl::Acl;
-use crate::cache::collapse::InFlight;
+use crate::cache::collapse::KeyLocks;
 use crate::metrics::{Metrics, StoreFigures};
 use crate::origin::Pool;
 use crate::route::Routes;
@@ -25,17 +26,20 @@ pub struct Shared {
     /// Ports forward-proxy requests may reach.
     pub safe_ports: crate::acl::PortSet,
     pub routes: Routes,
-    pub store: Arc<MemoryStore>,
+    /// The store, behind the storage interface the cache core is written against.
+    pub store: Arc<dyn Storage>,
     pub pool: Arc<Pool>,
     pub metrics: Arc<Metrics>,
     pub log: AccessLog,
     forward_policy: Policy,
     reverse_policy: Policy,
     /// Fetches in progress, by cache key, that later requests may join.
-    pub inflight: Mutex<HashMap<String, Arc<InFlight>>>,
+    pub fetches: Arc<KeyLocks>,
+    /// Background revalidations in progress (stale-while-revalidate), one per key.
+    pub revalidations: Arc<KeyLocks>,
     /// Keys whose last response could not be stored (uncacheable or too large), so their
-    /// misses forward the client's own Range and validators (see `cache::pass_memo`).
-    pub uncacheable: Mutex<HashMap<String, std::time::Instant>>,
+    /// misses forward the client's own Range and validators (see `trove_cache::memo`).
+    pub memo: Mutex<PassMemo>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
     pub via: HeaderValue,
@@ -48,7 +52,8 @@ impl Shared {
     pub fn new(settings: Settings) -> std::io::Result<Shared> {
         let metrics = Arc::new(Metrics::default());
         let c = &settings.cache;
-        let store = Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
+        let store: Arc<dyn Storage> =
+            Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
         let pool = Pool::new(
             settings.origin_pool.max_per_origin,
             settings.origin_pool.idle_timeout,
@@ -84,8 +89,9 @@ impl Shared {
             log,
             forward_policy: base,
             reverse_policy,
-            inflight: Mutex::new(HashMap::new()),
-            uncacheable: Mutex::new(HashMap::new()),
+            fetches: Arc::default(),
+            revalidations: Arc::default(),
+            memo: Mutex::new(PassMemo::default()),
             via_name,
             via,
         })
@@ -100,6 +106,14 @@ impl Shared {
         }
     }
 
+    /// The rules the cache core judges requests of a listener of `mode` by.
+    pub fn rules(&self, mode: Mode) -> Rules<'_> {
+        Rules {
+            policy: self.policy(mode),
+            cookies: &self.settings.cache.cookies,
+        }
+    }
+
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
         let s = self.store.stats();
@@ -108,6 +122,7 @@ impl Shared {
             capacity: s.capacity,
             objects: s.objects,
             evictions: s.evictions,
+            removed: s.removed,
             log_dropped: self.log.dropped(),
         })
     }

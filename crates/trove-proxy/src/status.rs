@@ -4,8 +4,8 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use crate::outcome::Outcome;
 use crate::state::Shared;
+use trove_cache::Outcome;
 
 fn pct(n: u64, d: u64) -> String {
     if d == 0 {
@@ -67,7 +67,7 @@ td,th{{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}}h1{{font-
 </body></html>
 "#,
         listeners = listeners.join(", "),
-        eviction = shared.store.eviction().as_str(),
+        eviction = shared.settings.cache.eviction.as_str(),
         hit_ratio = pct(hits, total),
         byte_ratio = pct(from_cache, sent),
         copen = m.client_open.load(Ordering::Relaxed),

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Zipf};
-use trove_store::{Body, EvictionKind, MemoryStore, Object, ObjectHead};
+use trove_store::{Body, EvictionKind, MemoryStore, Object, ObjectHead, Storage};
 
 const OBJECTS: u64 = 200_000;
 const REQUESTS: usize = 2_000_000;
@@ -47,7 +47,7 @@ fn run(kind: EvictionKind, stream: &[u64], capacity: u64, body: &Bytes) -> (f64,
             hit_bytes += size as u64;
         } else {
             let b = Body::complete(body.slice(..size));
-            store.insert(Object::new(key, String::new(), head(), Arc::clone(&b)));
+            let _ = store.insert(Object::new(key, String::new(), head(), Arc::clone(&b)));
         }
     }
     (

@@ -166,6 +166,27 @@ impl Body {
         Ok(())
     }
 
+    /// Appends bytes at once, without waiting: for a writer that is not an async task (the
+    /// simulator's synchronous driver). Refused with [`BodyError::NoReaders`] in bounded
+    /// mode, where a writer must wait for its readers.
+    pub fn append_now(&self, bytes: Bytes) -> Result<(), BodyError> {
+        {
+            let mut st = self.state.lock();
+            if st.bounded.is_some() {
+                return Err(BodyError::NoReaders);
+            }
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            let at = st.len;
+            st.len += bytes.len() as u64;
+            st.starts.push_back(at);
+            st.chunks.push_back(bytes);
+        }
+        self.readers_wake.notify_waiters();
+        Ok(())
+    }
+
     /// Marks the body complete (or failed). Small complete bodies are joined into one buffer.
     pub fn finish(&self, outcome: Result<(), BodyError>) {
         {

@@ -1,6 +1,9 @@
 //! trove's storage tiers.
 //!
-//! Today: the memory tier. A [`MemoryStore`] holds [`Object`]s (a response head plus a
+//! The [`Storage`] trait is the interface the cache core drives (see [`storage`] for why each
+//! method exists); the memory tier is its first implementation.
+//!
+//! The memory tier: A [`MemoryStore`] holds [`Object`]s (a response head plus a
 //! [`Body`]) under a byte budget, split into shards so two cores rarely contend on one lock.
 //! Which object leaves when the budget is reached is decided by a swappable [`Eviction`]
 //! policy; trove ships [`Lru`] and [`S3Fifo`] so the server and the simulator share one
@@ -12,16 +15,21 @@
 //!
 //! Dependencies: `bytes` for cheaply cloneable body chunks (the same type hyper and tokio use,
 //! so a hit is written to the socket without copying), `parking_lot` for small uncontended
-//! locks, `tokio::sync::Notify` to wake readers, `http` for the stored head's types.
+//! locks, `tokio::sync::Notify` to wake readers, `http` for the stored head's types,
+//! `xxhash-rust` (XXH3) for the stable key hashes and `foldhash` for in-memory maps (see
+//! [`hash`] for why two).
 //! The eviction policies are written here by hand: they are the product's core and the
 //! simulator must run exactly this code.
 
 mod body;
 mod eviction;
+pub mod hash;
 mod memory;
 mod object;
+pub mod storage;
 
 pub use body::{Body, BodyError, BodyReader};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};
+pub use storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};

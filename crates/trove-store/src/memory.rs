@@ -1,33 +1,41 @@
 //! The memory tier: a sharded map from primary key to stored variants, under a byte budget.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::eviction::{Eviction, EvictionKind};
-use crate::object::Object;
+use crate::hash::{fast_map, fingerprint, key_hash, FastMap};
+use crate::object::{Object, ObjectHead};
+use crate::storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};
 
-/// Counters a store keeps; read with [`MemoryStore::stats`].
+/// Counters a store keeps; read with [`Storage::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
     pub bytes: u64,
     pub objects: u64,
     pub evictions: u64,
     pub capacity: u64,
+    /// Objects removed, by [`Removal`] reason (indexed as [`Removal::ALL`]).
+    pub removed: [u64; Removal::ALL.len()],
+}
+
+impl StoreStats {
+    /// Objects removed for `why`.
+    pub fn removed(&self, why: Removal) -> u64 {
+        self.removed[why.index()]
+    }
 }
 
 struct Shard {
     /// Primary key → stored variants (usually one).
-    entries: HashMap<String, Vec<Arc<Object>>>,
+    entries: FastMap<String, Vec<Arc<Object>>>,
     /// Object id → (primary key, charged bytes), so an eviction victim can be found.
-    ids: HashMap<u64, (String, u64)>,
+    ids: FastMap<u64, (String, u64)>,
     policy: Box<dyn Eviction>,
     bytes: u64,
-    evictions: u64,
+    removed: [u64; Removal::ALL.len()],
 }
 
 /// A byte-budgeted, sharded memory store. Cheap to share (`Arc` it).
@@ -41,6 +49,8 @@ pub struct MemoryStore {
     next_id: AtomicU64,
     max_object: u64,
     kind: EvictionKind,
+    hook: Option<Arc<dyn EvictionHook>>,
+    admission: Arc<dyn Admission>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -50,13 +60,6 @@ impl std::fmt::Debug for MemoryStore {
             .field("policy", &self.kind.as_str())
             .finish()
     }
-}
-
-fn fingerprint(key: &str, variant: &str) -> u64 {
-    let mut h = DefaultHasher::new();
-    key.hash(&mut h);
-    variant.hash(&mut h);
-    h.finish()
 }
 
 impl MemoryStore {
@@ -71,23 +74,38 @@ impl MemoryStore {
             shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
-                        entries: HashMap::new(),
-                        ids: HashMap::new(),
+                        entries: fast_map(),
+                        ids: fast_map(),
                         policy: kind.build(per_shard),
                         bytes: 0,
-                        evictions: 0,
+                        removed: Default::default(),
                     })
                 })
                 .collect(),
             next_id: AtomicU64::new(1),
             max_object: max_object.min(capacity / 2).max(1),
             kind,
+            hook: None,
+            admission: Arc::new(AdmitAll),
         }
     }
 
-    /// The largest object this store admits.
-    pub fn max_object(&self) -> u64 {
-        self.max_object
+    /// Hands every evicted object to `hook` (a lower tier).
+    pub fn with_eviction_hook(mut self, hook: Arc<dyn EvictionHook>) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Lets `admission` turn objects away before they cost anything.
+    pub fn with_admission(mut self, admission: Arc<dyn Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Object ids start at `first` (a persistent tier continues from its high-water mark).
+    pub fn with_first_id(self, first: u64) -> Self {
+        self.next_id.store(first.max(1), Ordering::Relaxed);
+        self
     }
 
     /// The eviction policy in use.
@@ -96,9 +114,7 @@ impl MemoryStore {
     }
 
     fn shard_index(&self, key: &str) -> usize {
-        let mut h = DefaultHasher::new();
-        key.hash(&mut h);
-        (h.finish() % self.shards.len() as u64) as usize
+        (key_hash(key) % self.shards.len() as u64) as usize
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
@@ -112,17 +128,28 @@ impl MemoryStore {
             if self.bytes.load(Ordering::Relaxed) <= self.capacity {
                 return;
             }
-            let mut shard = self.shards[(first + i) % n].lock();
-            shard.evict_while(
-                || self.bytes.load(Ordering::Relaxed) > self.capacity,
-                &self.bytes,
-            );
+            let victims = {
+                let mut shard = self.shards[(first + i) % n].lock();
+                shard.evict_while(
+                    || self.bytes.load(Ordering::Relaxed) > self.capacity,
+                    &self.bytes,
+                )
+            };
+            self.hand_over(victims);
         }
     }
 
-    /// All stored variants for `key` (empty on a miss). Does not count as a use: call
-    /// [`MemoryStore::touch`] for the variant actually served.
-    pub fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
+    fn hand_over(&self, victims: Vec<Arc<Object>>) {
+        if let Some(hook) = &self.hook {
+            for v in victims {
+                hook.evicted(v);
+            }
+        }
+    }
+}
+
+impl Storage for MemoryStore {
+    fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
         self.shard(key)
             .lock()
             .entries
@@ -131,23 +158,23 @@ impl MemoryStore {
             .unwrap_or_default()
     }
 
-    /// Records that `obj` was served (feeds the eviction policy).
-    pub fn touch(&self, obj: &Object) {
+    fn touch(&self, obj: &Object) {
         self.shard(&obj.key).lock().policy.touch(obj.id);
     }
 
-    /// Stores `obj`, replacing a stored object with the same key and variant, evicting others
-    /// as needed. Returns the stored object, or `None` if it is too large to admit.
-    pub fn insert(&self, mut obj: Object) -> Option<Arc<Object>> {
+    fn insert(&self, mut obj: Object) -> Result<Arc<Object>, Refused> {
         let charge = obj.charge();
         if charge > self.max_object {
-            return None;
+            return Err(Refused::TooLarge);
+        }
+        if !self.admission.admit(&obj) {
+            return Err(Refused::NotAdmitted);
         }
         obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(obj);
         let fp = fingerprint(&obj.key, &obj.variant);
         let idx = self.shard_index(&obj.key);
-        {
+        let victims = {
             let mut guard = self.shards[idx].lock();
             let shard = &mut *guard;
             let old = shard
@@ -156,7 +183,7 @@ impl MemoryStore {
                 .and_then(|v| v.iter().find(|o| o.variant == obj.variant))
                 .map(|o| o.id);
             if let Some(old) = old {
-                shard.remove_id(old, &self.bytes);
+                shard.remove_id(old, &self.bytes, Removal::Replaced);
             }
             shard
                 .entries
@@ -170,20 +197,43 @@ impl MemoryStore {
             shard.evict_while(
                 || self.bytes.load(Ordering::Relaxed) > self.capacity,
                 &self.bytes,
-            );
-        }
+            )
+        };
+        self.hand_over(victims);
         self.evict_to_budget(idx);
-        Some(obj)
+        Ok(obj)
     }
 
-    /// Re-reads the charge of `obj` (its body has grown or completed) and evicts to budget.
-    pub fn recharge(&self, obj: &Object) {
+    fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
+        let mut shard = self.shard(&obj.key).lock();
+        let slot = shard
+            .entries
+            .get_mut(&obj.key)?
+            .iter_mut()
+            .find(|o| o.id == obj.id)?;
+        let updated = Arc::new(Object {
+            key: obj.key.clone(),
+            variant: obj.variant.clone(),
+            head,
+            body: Arc::clone(&obj.body),
+            id: obj.id,
+        });
+        *slot = Arc::clone(&updated);
+        Some(updated)
+    }
+
+    fn recharge(&self, obj: &Object) {
         let idx = self.shard_index(&obj.key);
-        let charge = obj.charge();
         {
             let mut guard = self.shards[idx].lock();
             let shard = &mut *guard;
-            let Some((_, c)) = shard.ids.get_mut(&obj.id) else {
+            // Charge the object as stored now (its head may have been updated since).
+            let charge = shard
+                .entries
+                .get(&obj.key)
+                .and_then(|v| v.iter().find(|o| o.id == obj.id))
+                .map(|o| o.charge());
+            let (Some(charge), Some((_, c))) = (charge, shard.ids.get_mut(&obj.id)) else {
                 return;
             };
             let old = std::mem::replace(c, charge);
@@ -194,18 +244,17 @@ impl MemoryStore {
         self.evict_to_budget(idx);
     }
 
-    /// True while `obj` itself (not a replacement) is stored.
-    pub fn holds(&self, obj: &Object) -> bool {
+    fn holds(&self, obj: &Object) -> bool {
         self.shard(&obj.key).lock().ids.contains_key(&obj.id)
     }
 
-    /// Removes one stored object (if it is still the stored one).
-    pub fn remove_object(&self, obj: &Object) -> bool {
-        self.shard(&obj.key).lock().remove_id(obj.id, &self.bytes)
+    fn remove_object(&self, obj: &Object, why: Removal) -> bool {
+        self.shard(&obj.key)
+            .lock()
+            .remove_id(obj.id, &self.bytes, why)
     }
 
-    /// Removes every variant stored under `key`; returns how many were removed.
-    pub fn remove(&self, key: &str) -> usize {
+    fn remove(&self, key: &str, why: Removal) -> usize {
         let mut shard = self.shard(key).lock();
         let ids: Vec<u64> = shard
             .entries
@@ -213,32 +262,39 @@ impl MemoryStore {
             .map(|v| v.iter().map(|o| o.id).collect())
             .unwrap_or_default();
         ids.iter()
-            .filter(|id| shard.remove_id(**id, &self.bytes))
+            .filter(|id| shard.remove_id(**id, &self.bytes, why))
             .count()
     }
 
-    /// Totals over all shards.
-    pub fn stats(&self) -> StoreStats {
+    fn max_object(&self) -> u64 {
+        self.max_object
+    }
+
+    fn stats(&self) -> StoreStats {
         let mut s = StoreStats::default();
         for shard in &self.shards {
             let sh = shard.lock();
             s.bytes += sh.bytes;
             s.objects += sh.ids.len() as u64;
-            s.evictions += sh.evictions;
+            for (total, n) in s.removed.iter_mut().zip(sh.removed) {
+                *total += n;
+            }
         }
+        s.evictions = s.removed(Removal::Evicted);
         s.capacity = self.capacity;
         s
     }
 }
 
 impl Shard {
-    fn remove_id(&mut self, id: u64, total: &AtomicU64) -> bool {
+    fn remove_id(&mut self, id: u64, total: &AtomicU64, why: Removal) -> bool {
         let Some((key, charge)) = self.ids.remove(&id) else {
             return false;
         };
         self.bytes = self.bytes.saturating_sub(charge);
         total.fetch_sub(charge, Ordering::Relaxed);
         self.policy.remove(id);
+        self.removed[why.index()] += 1;
         if let Some(v) = self.entries.get_mut(&key) {
             v.retain(|o| o.id != id);
             if v.is_empty() {
@@ -248,7 +304,9 @@ impl Shard {
         true
     }
 
-    fn evict_while(&mut self, over: impl Fn() -> bool, total: &AtomicU64) {
+    /// Evicts while `over()`; returns the victims for the eviction hook.
+    fn evict_while(&mut self, over: impl Fn() -> bool, total: &AtomicU64) -> Vec<Arc<Object>> {
+        let mut victims = Vec::new();
         while over() {
             let Some(victim) = self.policy.victim() else {
                 break;
@@ -256,15 +314,18 @@ impl Shard {
             if let Some((key, charge)) = self.ids.remove(&victim) {
                 self.bytes = self.bytes.saturating_sub(charge);
                 total.fetch_sub(charge, Ordering::Relaxed);
-                self.evictions += 1;
+                self.removed[Removal::Evicted.index()] += 1;
                 if let Some(v) = self.entries.get_mut(&key) {
-                    v.retain(|o| o.id != victim);
+                    if let Some(i) = v.iter().position(|o| o.id == victim) {
+                        victims.push(v.swap_remove(i));
+                    }
                     if v.is_empty() {
                         self.entries.remove(&key);
                     }
                 }
             }
         }
+        victims
     }
 }
 
@@ -273,6 +334,7 @@ mod tests {
     use super::*;
     use crate::body::Body;
     use crate::object::ObjectHead;
+    use crate::storage::{Admission, EvictionHook, Refused, Removal};
     use bytes::Bytes;
     use http::{HeaderMap, StatusCode};
     use std::time::SystemTime;
@@ -302,7 +364,7 @@ mod tests {
         let v = s.lookup("k");
         assert_eq!(v.len(), 2);
         assert_eq!(s.stats().objects, 2);
-        assert_eq!(s.remove("k"), 2);
+        assert_eq!(s.remove("k", Removal::Purged), 2);
         assert!(s.lookup("k").is_empty());
         assert_eq!(s.stats().bytes, 0);
     }
@@ -322,9 +384,64 @@ mod tests {
     }
 
     #[test]
+    fn update_meta_keeps_identity_and_body() {
+        let s = MemoryStore::new(1 << 20, 2, 1 << 20, EvictionKind::S3Fifo);
+        let a = s.insert(obj("k", "", 10)).unwrap();
+        let mut head = a.head.clone();
+        head.status = StatusCode::NOT_FOUND;
+        let b = s.update_meta(&a, head).unwrap();
+        assert!(s.holds(&a) && s.holds(&b));
+        assert!(Arc::ptr_eq(&a.body, &b.body));
+        assert_eq!(s.lookup("k")[0].head.status, StatusCode::NOT_FOUND);
+        assert_eq!(s.stats().objects, 1);
+        assert!(s.remove_object(&a, Removal::Invalidated));
+        assert!(s.update_meta(&b, b.head.clone()).is_none());
+        assert_eq!(s.stats().removed(Removal::Invalidated), 1);
+    }
+
+    #[test]
+    fn evicted_objects_go_to_the_hook() {
+        struct Keep(Mutex<Vec<String>>);
+        impl EvictionHook for Keep {
+            fn evicted(&self, obj: Arc<Object>) {
+                self.0.lock().push(obj.key.clone());
+            }
+        }
+        let hook = Arc::new(Keep(Mutex::new(Vec::new())));
+        let s = MemoryStore::new(20_000, 1, 10_000, EvictionKind::Lru)
+            .with_eviction_hook(Arc::clone(&hook) as Arc<dyn EvictionHook>);
+        for i in 0..10 {
+            s.insert(obj(&format!("k{i}"), "", 5_000)).unwrap();
+        }
+        let st = s.stats();
+        assert_eq!(hook.0.lock().len() as u64, st.evictions);
+        assert_eq!(hook.0.lock()[0], "k0", "LRU hands over the oldest first");
+    }
+
+    #[test]
+    fn admission_can_refuse() {
+        struct Small;
+        impl Admission for Small {
+            fn admit(&self, obj: &Object) -> bool {
+                obj.body.len() < 100
+            }
+        }
+        let s = MemoryStore::new(1 << 20, 1, 1 << 20, EvictionKind::Lru)
+            .with_admission(Arc::new(Small));
+        assert!(s.insert(obj("a", "", 10)).is_ok());
+        assert_eq!(
+            s.insert(obj("b", "", 1000)).err(),
+            Some(Refused::NotAdmitted)
+        );
+    }
+
+    #[test]
     fn objects_over_the_limit_are_not_admitted() {
         let s = MemoryStore::new(1 << 20, 4, 1000, EvictionKind::S3Fifo);
-        assert!(s.insert(obj("big", "", 5000)).is_none());
+        assert_eq!(
+            s.insert(obj("big", "", 5000)).err(),
+            Some(Refused::TooLarge)
+        );
         assert!(s.lookup("big").is_empty());
     }
 }

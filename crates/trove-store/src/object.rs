@@ -43,8 +43,9 @@ pub struct Prepared {
 /// One stored response: the primary key (the normalised URI), the variant key (the
 /// normalised values of the fields named by `Vary`), the head and the body.
 ///
-/// Objects are immutable; freshening a stored response after a 304 inserts a new `Object`
-/// sharing the same [`Body`].
+/// Objects are immutable snapshots; freshening a stored response after a 304 replaces the
+/// stored snapshot with one of the same identity and body ([`crate::Storage::update_meta`]),
+/// so two stored objects never share a body.
 #[derive(Debug)]
 pub struct Object {
     pub key: String,
@@ -52,6 +53,13 @@ pub struct Object {
     pub head: ObjectHead,
     pub body: Arc<Body>,
     pub(crate) id: u64,
+}
+
+impl Object {
+    /// The store-assigned identity: the same across [`crate::Storage::update_meta`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 impl Object {

@@ -2,13 +2,16 @@
 //! head instead of each going to the origin. If that response is stored, they are served
 //! from its body as it streams in; if not (private, uncacheable, an error), each goes to
 //! the origin itself, because an unstored response must never be shared.
+//!
+//! [`KeyLocks`] is a named lock per key (Pingora's `CacheKeyLock`): one table for fetches
+//! and one for background revalidations, so neither needs a prefixed key in a shared map.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use trove_store::Object;
-
-use crate::state::Shared;
 
 /// What the first fetch produced, for those waiting on it.
 #[derive(Debug, Clone)]
@@ -35,10 +38,16 @@ impl InFlight {
     }
 }
 
+/// The keys being worked on, each with whoever waits for it.
+#[derive(Debug, Default)]
+pub struct KeyLocks {
+    map: Mutex<HashMap<String, Arc<InFlight>>>,
+}
+
 /// Held by the request that fetches. Publishing (or dropping, on any early exit) wakes the
 /// waiters and removes the entry so new requests look in the store again.
 pub struct Leader {
-    shared: Arc<Shared>,
+    locks: Arc<KeyLocks>,
     key: String,
     tx: Option<watch::Sender<Option<Collapsed>>>,
 }
@@ -50,7 +59,7 @@ impl Leader {
 
     fn finish(&mut self, outcome: Collapsed) {
         if let Some(tx) = self.tx.take() {
-            self.shared.inflight.lock().remove(&self.key);
+            self.locks.map.lock().remove(&self.key);
             let _ = tx.send(Some(outcome));
         }
     }
@@ -62,22 +71,25 @@ impl Drop for Leader {
     }
 }
 
-/// Either this request leads the fetch for `key`, or it joins one in progress.
+/// Either this request leads the work for a key, or it joins work in progress.
 pub enum Role {
     Leader(Leader),
     Follower(Arc<InFlight>),
 }
 
-pub fn join(shared: &Arc<Shared>, key: &str) -> Role {
-    let mut map = shared.inflight.lock();
-    if let Some(f) = map.get(key) {
-        return Role::Follower(Arc::clone(f));
+impl KeyLocks {
+    /// Leads the work for `key`, or joins it.
+    pub fn join(self: &Arc<Self>, key: &str) -> Role {
+        let mut map = self.map.lock();
+        if let Some(f) = map.get(key) {
+            return Role::Follower(Arc::clone(f));
+        }
+        let (tx, rx) = watch::channel(None);
+        map.insert(key.to_string(), Arc::new(InFlight { rx }));
+        Role::Leader(Leader {
+            locks: Arc::clone(self),
+            key: key.to_string(),
+            tx: Some(tx),
+        })
     }
-    let (tx, rx) = watch::channel(None);
-    map.insert(key.to_string(), Arc::new(InFlight { rx }));
-    Role::Leader(Leader {
-        shared: Arc::clone(shared),
-        key: key.to_string(),
-        tx: Some(tx),
-    })
 }

@@ -6,48 +6,41 @@ use std::time::SystemTime;
 
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
-use trove_http::preconditions::{self, Precondition};
+use trove_cache::deliver::{self as core, Delivery};
+use trove_cache::{partial, CacheStatus, Outcome, Request, CACHE_STATUS};
 use trove_store::Object;
 
-use crate::cache::headers::{set_cache_status, CACHE_STATUS};
-use crate::cache::{partial, prepare, range};
-use crate::client::head::RequestHead;
-use crate::outcome::Outcome;
+use crate::cache::range;
 use crate::reply::{Reply, ReplyBody};
 
-/// Builds the reply serving `obj` to `req`.
+/// Builds the reply serving `obj` to `req`: the stored head with `Age` and `Cache-Status`,
+/// answering the client's own conditionals and ranges from the stored response.
 pub fn stored(
     obj: &Arc<Object>,
-    req: &RequestHead,
+    req: Request<'_>,
     now: SystemTime,
     outcome: Outcome,
-    status_detail: &str,
+    status: CacheStatus,
     peer: Option<String>,
 ) -> Reply {
     let head = &obj.head;
-    let resident = now.duration_since(head.response_time).unwrap_or_default();
-    let age = head.prepared.initial_age.saturating_add(resident);
-    if prepare::unconditional(&req.headers) {
-        return plain(obj, req, age, outcome, status_detail, peer);
+    let age = core::age(obj, now);
+    let cache_status = status.header_value(head.headers.get(CACHE_STATUS));
+    let d = core::delivery(obj, req);
+    let outcome = core::outcome(outcome, d, head.status);
+    if req.is_unconditional() {
+        return plain(obj, req, age, outcome, cache_status, peer);
     }
     let mut headers = head.headers.clone();
     headers.insert(header::AGE, trove_http::age_value(age));
-    set_cache_status(&mut headers, status_detail, head.headers.get(CACHE_STATUS));
+    headers.insert(CACHE_STATUS, cache_status.clone());
     headers.remove(trove_http::TROVE_CACHE_CONTROL);
 
-    // The client's own preconditions, against the stored response (RFC 9110 §13.2.2).
-    let outcome_for = |o: Outcome| {
-        if outcome == Outcome::MemHit {
-            o
-        } else {
-            outcome
-        }
-    };
-    match preconditions::evaluate(&req.method, &req.headers, head.status, &head.headers) {
-        Precondition::NotModified => {
-            let mut h = preconditions::not_modified_headers(&headers);
+    match d {
+        Delivery::NotModified => {
+            let mut h = trove_http::preconditions::not_modified_headers(&headers);
             h.insert(header::AGE, trove_http::age_value(age));
-            set_cache_status(&mut h, status_detail, head.headers.get(CACHE_STATUS));
+            h.insert(CACHE_STATUS, cache_status);
             return Reply {
                 status: StatusCode::NOT_MODIFIED,
                 headers: h,
@@ -55,12 +48,12 @@ pub fn stored(
                 body: ReplyBody::Empty {
                     content_length: None,
                 },
-                outcome: outcome_for(Outcome::ImsHit),
+                outcome,
                 peer,
                 close: false,
             };
         }
-        Precondition::Failed => {
+        Delivery::PreconditionFailed => {
             let mut r = Reply::simple(
                 StatusCode::PRECONDITION_FAILED,
                 outcome,
@@ -69,13 +62,12 @@ pub fn stored(
             r.peer = peer;
             return r;
         }
-        Precondition::Proceed => {}
+        Delivery::Response => {}
     }
 
-    let outcome = negative(outcome, head.status);
     let total = known_length(obj);
 
-    if req.method == Method::HEAD {
+    if *req.method == Method::HEAD {
         return Reply {
             status: head.status,
             headers,
@@ -128,10 +120,10 @@ pub fn stored(
 /// as pre-encoded, with only Content-Type, Age and Cache-Status set per hit.
 fn plain(
     obj: &Arc<Object>,
-    req: &RequestHead,
+    req: Request<'_>,
     age: std::time::Duration,
     outcome: Outcome,
-    status_detail: &str,
+    cache_status: HeaderValue,
     peer: Option<String>,
 ) -> Reply {
     let head = &obj.head;
@@ -140,13 +132,12 @@ fn plain(
         headers.insert(header::CONTENT_TYPE, ct.clone());
     }
     headers.insert(header::AGE, trove_http::age_value(age));
-    set_cache_status(&mut headers, status_detail, head.headers.get(CACHE_STATUS));
+    headers.insert(CACHE_STATUS, cache_status);
     if head.status == StatusCode::OK && !head.headers.contains_key(header::ACCEPT_RANGES) {
         headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     }
-    let outcome = negative(outcome, head.status);
     let total = known_length(obj);
-    let body = if req.method == Method::HEAD {
+    let body = if *req.method == Method::HEAD {
         ReplyBody::Empty {
             content_length: total,
         }
@@ -165,7 +156,7 @@ fn plain(
 }
 
 /// A range answered from a stored partial response that covers it.
-fn from_partial(obj: &Arc<Object>, req: &RequestHead, headers: &http::HeaderMap) -> Option<Reply> {
+fn from_partial(obj: &Arc<Object>, req: Request<'_>, headers: &http::HeaderMap) -> Option<Reply> {
     let (have, total) = partial::span(obj)?;
     let want = partial::wanted(req, &obj.head.headers, total)?;
     if want.first < have.first || want.last > have.last {
@@ -215,14 +206,5 @@ fn whole_body(obj: &Arc<Object>, total: Option<u64>) -> ReplyBody {
             reader: obj.body.reader(0),
             end: total,
         },
-    }
-}
-
-/// A memory hit on a stored error response is logged as a negative hit.
-fn negative(outcome: Outcome, status: StatusCode) -> Outcome {
-    if outcome == Outcome::MemHit && status.as_u16() >= 400 {
-        Outcome::NegativeHit
-    } else {
-        outcome
     }
 }

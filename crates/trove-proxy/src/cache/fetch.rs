@@ -1,17 +1,20 @@
-//! Going to the origin: building the request, and on the way back either storing the
-//! response while streaming it (the Store step) or passing it through.
+//! Going to the origin: building the request, and on the way back filling a stored body
+//! while clients read it (read-while-write), or reading a passed-through body no further
+//! than the abort policy allows once its client has gone.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header;
-use http::{HeaderMap, Method, Request, StatusCode, Version};
-use trove_http::{storability, variant_key, NotStorable, Policy, Vary};
-use trove_store::{Body, BodyError, MemoryStore, Object, ObjectHead};
+use http::{HeaderMap, Request, Version};
+use trove_cache::{AbortPolicy, AfterAbort, Conditionals, Storing};
+use trove_store::{Body, BodyError, Object, Removal, Storage};
 
+use crate::cache::headers;
 use crate::cache::target::Target;
-use crate::cache::{headers, partial, prepare};
 use crate::client::head::RequestHead;
+use crate::metrics::Metrics;
 use crate::origin::{self, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -19,36 +22,41 @@ use crate::state::Shared;
 /// Every this many bytes the store re-reads a growing object's size.
 const RECHARGE_EVERY: u64 = 1 << 20;
 
-/// Sends a request for `target` to its origin. With `strip_conditionals` the client's own
-/// conditional and range fields are removed; `extra` fields (a cache validation) are added.
-#[allow(clippy::too_many_arguments)]
-pub async fn send(
-    shared: &Shared,
-    req: &RequestHead,
-    target: &Target,
-    mode: Mode,
-    client_ip: std::net::IpAddr,
-    strip_conditionals: bool,
-    extra: Option<HeaderMap>,
-    body: OriginRequestBody,
-    retryable: bool,
-) -> Result<OriginResponse, OriginError> {
-    let mut h = headers::to_origin(
-        shared,
-        &req.headers,
-        &target.host,
-        mode,
-        client_ip,
-        strip_conditionals,
+/// Whether a request may be sent again on a fresh connection if a pooled one was dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Idempotent and without a streamed body.
+    Allowed,
+    No,
+}
+
+/// What to send to the origin for a request.
+pub struct Outgoing<'a> {
+    pub req: &'a RequestHead,
+    pub target: &'a Target,
+    pub mode: Mode,
+    pub client_ip: std::net::IpAddr,
+    pub conditionals: Conditionals,
+    /// Fields the cache adds (a validation's conditional fields).
+    pub extra: Option<&'a HeaderMap>,
+    pub body: OriginRequestBody,
+    pub retry: Retry,
+}
+
+/// Sends a request to its target's origin, or sheds it at once when too many wait already.
+pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, OriginError> {
+    let h = headers::to_origin(
+        &shared.via,
+        &out.req.headers,
+        &out.target.host,
+        out.mode,
+        out.client_ip,
+        out.conditionals,
+        out.extra,
     );
-    if let Some(extra) = extra {
-        for (k, v) in extra.iter() {
-            h.insert(k.clone(), v.clone());
-        }
-    }
     let mut builder = Request::builder()
-        .method(req.method.clone())
-        .uri(target.path.as_str())
+        .method(out.req.method.clone())
+        .uri(out.target.path.as_str())
         .version(Version::HTTP_11);
     if let Some(hm) = builder.headers_mut() {
         *hm = h;
@@ -58,181 +66,139 @@ pub async fn send(
         .map_err(|_| OriginError::Protocol("cannot build request"))?
         .into_parts();
     let Ok(_slot) = Arc::clone(&shared.origin_slots).try_acquire_owned() else {
-        shared
-            .metrics
-            .shed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared.metrics.shed.fetch_add(1, Ordering::Relaxed);
         return Err(OriginError::PoolExhausted);
     };
     let t = &shared.settings.timeouts;
     let result = origin::send(
         &shared.pool,
         &shared.metrics,
-        &target.upstreams,
+        &out.target.upstreams,
         OriginRequest {
             head,
-            body,
-            retryable,
+            body: out.body,
+            retryable: out.retry == Retry::Allowed,
         },
         t.origin_response,
         t.origin_body,
     )
     .await;
     if result.is_err() {
-        shared
-            .metrics
-            .origin_errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
     }
     result
 }
 
-/// Whether (and why not) an origin response to `req` may be stored.
-pub fn may_store(
-    shared: &Shared,
-    policy: &Policy,
-    req: &RequestHead,
-    resp: &OriginResponse,
-) -> Result<(), NotStorable> {
-    if req.method != Method::GET {
-        return Err(NotStorable::Method);
-    }
-    storability(
-        policy,
-        &req.method,
-        &req.headers,
-        resp.status,
-        &resp.headers,
-    )?;
-    if resp.status == StatusCode::PARTIAL_CONTENT
-        && !partial::storable_206(&resp.headers, resp.content_length())
-    {
-        // Only single ranges of a known total length are kept (RFC 9111 §3.3).
-        return Err(NotStorable::Status);
-    }
-    if resp
-        .content_length()
-        .is_some_and(|n| n > shared.store.max_object())
-    {
-        return Err(NotStorable::Status);
-    }
-    Ok(())
-}
-
-/// Starts storing `resp`: the object enters the store now, with a body that a background
-/// task fills from the origin, so any number of clients can read it while it arrives.
-/// Returns the response back if the store would not take it.
-pub fn store(
-    shared: &Shared,
-    policy: &Policy,
-    req: &RequestHead,
-    target: &Target,
-    mut resp: OriginResponse,
-) -> Result<Arc<Object>, Box<OriginResponse>> {
-    let headers = headers::from_origin(shared, &resp.headers, resp.response_time);
-    let vary = Vary::from_headers(&headers);
-    let mut variant = variant_key(&vary, &req.headers);
-    if resp.status == StatusCode::PARTIAL_CONTENT {
-        variant.push_str(&partial::variant_suffix(&headers));
-    }
-    // Only the selecting fields of the request are kept (RFC 9111 §4.1 needs nothing else).
-    let mut request_headers = HeaderMap::new();
-    if let Vary::Fields(names) = &vary {
-        for name in names {
-            for v in req.headers.get_all(name) {
-                request_headers.append(name.clone(), v.clone());
-            }
-        }
-    }
-    // A 206's length is that of its range, whatever the origin declares or omits.
-    let expected = match partial::stored_range(&headers) {
-        Some(r) if resp.status == StatusCode::PARTIAL_CONTENT => Some(r.len()),
-        _ => resp.content_length(),
-    };
-    let body = Body::new(expected);
-    let mut head = ObjectHead {
-        status: resp.status,
-        headers,
-        request_headers,
-        request_time: resp.request_time,
-        response_time: resp.response_time,
-        prepared: Default::default(),
-    };
-    prepare::prepare(policy, &mut head);
-    let obj = Object::new(target.key.clone(), variant, head, Arc::clone(&body));
-    let Some(obj) = shared.store.insert(obj) else {
-        return Err(Box::new(resp));
-    };
+/// Starts filling the stored `obj` from `resp` in a background task, so any number of
+/// clients can read it while it arrives.
+pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
     let store = Arc::clone(&shared.store);
-    let stored = Arc::clone(&obj);
     let read_ahead = shared.settings.cache.read_ahead;
+    let abort = shared.settings.cache.abort.policy();
+    let metrics = Arc::clone(&shared.metrics);
     tokio::spawn(async move {
-        fill(&mut resp, &body, &store, &stored, read_ahead).await;
+        let mut resp = resp;
+        let fill = Fill {
+            store: &*store,
+            obj: &obj,
+            read_ahead,
+            abort,
+            metrics: &metrics,
+        };
+        fill.run(&mut resp).await;
     });
-    Ok(obj)
 }
 
-/// Copies the origin body into the stored body. Runs to the end even if the client that
-/// asked has gone, because the object is being stored; if it outgrows the store it is
-/// dropped from the store and from then on read only as fast as its readers (bounded
-/// read-ahead), stopping when none is left.
-async fn fill(
-    resp: &mut OriginResponse,
-    body: &Arc<Body>,
-    store: &MemoryStore,
-    obj: &Arc<Object>,
+struct Fill<'a> {
+    store: &'a dyn Storage,
+    obj: &'a Arc<Object>,
     read_ahead: u64,
-) {
-    let max = store.max_object();
-    let mut since_recharge = 0u64;
-    loop {
-        match resp.next_chunk().await {
-            Ok(Some(b)) => {
-                let n = b.len() as u64;
-                if !body.is_bounded() && body.len() + n > max {
-                    store.remove_object(obj);
-                    body.set_bounded(read_ahead);
-                }
-                if body.append(b).await.is_err() {
-                    body.finish(Err(BodyError::NoReaders));
-                    return;
-                }
-                since_recharge += n;
-                if since_recharge >= RECHARGE_EVERY && !body.is_bounded() {
-                    since_recharge = 0;
-                    if store.holds(obj) {
-                        store.recharge(obj);
-                    } else {
-                        // Purged, evicted or replaced mid-transfer: nobody new can find it,
-                        // so read no faster than the clients still reading it.
-                        body.set_bounded(read_ahead);
+    abort: AbortPolicy,
+    metrics: &'a Metrics,
+}
+
+impl Fill<'_> {
+    /// Copies the origin body into the stored body. Runs to the end even if the client that
+    /// asked has gone, because the object is being stored; if it outgrows the store (or is
+    /// purged or evicted meanwhile) it leaves the store and from then on is read only as
+    /// fast as its readers (bounded read-ahead); when none is left the abort policy decides
+    /// whether to finish or stop.
+    async fn run(&self, resp: &mut OriginResponse) {
+        let body: &Arc<Body> = &self.obj.body;
+        let max = self.store.max_object();
+        let mut since_recharge = 0u64;
+        loop {
+            match resp.next_chunk().await {
+                Ok(Some(b)) => {
+                    let n = b.len() as u64;
+                    if !body.is_bounded() && body.len() + n > max {
+                        self.store.remove_object(self.obj, Removal::TooLarge);
+                        body.set_bounded(self.read_ahead);
+                    }
+                    if body.append(b).await.is_err() {
+                        body.finish(Err(BodyError::NoReaders));
+                        let received = body.len();
+                        abandon(resp, self.abort, Storing::No, received, self.metrics).await;
+                        return;
+                    }
+                    since_recharge += n;
+                    if since_recharge >= RECHARGE_EVERY && !body.is_bounded() {
+                        since_recharge = 0;
+                        if self.store.holds(self.obj) {
+                            self.store.recharge(self.obj);
+                        } else {
+                            // Purged, evicted or replaced mid-transfer: nobody new can find
+                            // it, so read no faster than the clients still reading it.
+                            body.set_bounded(self.read_ahead);
+                        }
                     }
                 }
-            }
-            Ok(None) => {
-                if body.expected_len().is_some_and(|n| n != body.len()) {
-                    // Shorter than promised: never keep it as complete.
-                    body.finish(Err(BodyError::Incomplete));
-                    store.remove_object(obj);
+                Ok(None) => {
+                    if body.expected_len().is_some_and(|n| n != body.len()) {
+                        // Shorter than promised: never keep it as complete.
+                        body.finish(Err(BodyError::Incomplete));
+                        self.store.remove_object(self.obj, Removal::Failed);
+                        return;
+                    }
+                    body.finish(Ok(()));
+                    if !body.is_bounded() {
+                        self.store.recharge(self.obj);
+                    }
                     return;
                 }
-                body.finish(Ok(()));
-                if !body.is_bounded() {
-                    store.recharge(obj);
+                Err(_) => {
+                    body.finish(Err(BodyError::Incomplete));
+                    self.store.remove_object(self.obj, Removal::Failed);
+                    return;
                 }
-                return;
-            }
-            Err(_) => {
-                body.finish(Err(BodyError::Incomplete));
-                store.remove_object(obj);
-                return;
             }
         }
     }
 }
 
-/// Reads an origin body to its end and drops it (a 304's, say), so the connection can be
-/// reused.
+/// Every client of an origin body has gone after `received` bytes: finish reading it (and
+/// throw it away, keeping the connection for reuse) or stop now, as the abort policy says.
+/// Bytes read that no client received are counted as wasted.
+pub async fn abandon(
+    resp: &mut OriginResponse,
+    policy: AbortPolicy,
+    storing: Storing,
+    received: u64,
+    metrics: &Metrics,
+) {
+    let expected = resp.content_length();
+    if policy.decide(storing, received, expected) == AfterAbort::Stop {
+        return;
+    }
+    while let Ok(Some(b)) = resp.next_chunk().await {
+        metrics
+            .origin_bytes_wasted
+            .fetch_add(b.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Reads a short origin body to its end and drops it (a 304's, say), so the connection can
+/// be reused.
 pub async fn discard(mut resp: OriginResponse) {
     let mut n = 0;
     while let Ok(Some(b)) = resp.next_chunk().await {

@@ -1,15 +1,14 @@
-//! The request state machine. One function per step, in the order a request meets them:
+//! The request path over the network: runs the cache core's decisions
+//! (`trove_cache`, where the state diagram is drawn) with real sockets. One function per
+//! step the core names; what each does is I/O the core can't: wait on a collapsed fetch,
+//! send to the origin, fill a stored body in the background, stream the reply.
 //!
 //! ```text
-//! resolve ─► (PURGE) purge
-//!         ─► (unsafe / uncacheable method) pass ─► invalidate ─► deliver origin response
-//!         ─► (GET / HEAD) lookup ─► Fresh          ─► hit ─────────────► deliver stored
-//!                                ─► StaleAllowed   ─► hit (+ background revalidate)
-//!                                ─► MustValidate   ─► revalidate ─► 304: freshen ─► deliver stored
-//!                                                                ─► 200: store ──► deliver stored
-//!                                                                ─► error: stale-if-error or error
-//!                                ─► Miss           ─► collapse ─► miss ─► store ─► deliver stored
-//!                                                                      ─► uncacheable ─► deliver origin response
+//! handle ─► resolve (target) ─► entry ─► purge | pass | cacheable
+//! cacheable ─► lookup ─► after_lookup ─► serve | revalidate | fetch | only-if-cached
+//! fetch ─► (collapse) ─► send ─► after_fetch ─► store + spawn_fill ─► deliver stored
+//!                                           └─► pass_through ─────► deliver origin
+//! revalidate ─► send ─► after_validation ─► freshen (update_meta) | refetch | stale | replace
 //! ```
 //!
 //! Every path ends in a [`Reply`] whose [`Outcome`] the access log and metrics print.
@@ -18,32 +17,34 @@ pub mod collapse;
 mod deliver;
 mod fetch;
 mod headers;
-mod lookup;
-mod partial;
-mod pass_memo;
-mod prepare;
 mod range;
 pub mod target;
+
+pub use fetch::abandon;
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::io::AsyncRead;
-use trove_http::{stale_if_error_allows, CacheControl, Policy, Reuse, StaleReason, StoredResponse};
-use trove_store::Object;
+use trove_cache::decide::{self, BodyState};
+use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
+use trove_cache::{
+    lookup, partial, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Lookup, Memo,
+    Outcome, Request, ResponseHead, Rules, CACHE_STATUS,
+};
+use trove_store::{Object, ObjectHead, Removal};
 
 use crate::client::body::RequestBody;
-use crate::client::conn::ConnInfo;
 use crate::client::head::{Framing, RequestHead};
+use crate::client::info::ConnInfo;
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
-use crate::outcome::Outcome;
-use crate::reply::{Reply, ReplyBody};
+use crate::reply::{PassBody, Reply, ReplyBody};
 use crate::settings::Mode;
 use crate::state::Shared;
 use collapse::{Collapsed, Leader, Role};
-use lookup::Lookup;
+use fetch::{Outgoing, Retry};
 use target::Target;
 
 /// The URL to print in the access log.
@@ -66,7 +67,42 @@ struct Ctx<'a> {
     target: Target,
     mode: Mode,
     client_ip: IpAddr,
-    policy: &'a Policy,
+}
+
+impl Ctx<'_> {
+    fn core(&self) -> Request<'_> {
+        Request::new(&self.req.method, &self.req.headers)
+    }
+
+    fn rules(&self) -> Rules<'_> {
+        self.shared.rules(self.mode)
+    }
+
+    fn key(&self) -> &str {
+        &self.target.key
+    }
+
+    /// A bodyless request for the target to its origin.
+    async fn send(
+        &self,
+        conditionals: Conditionals,
+        extra: Option<&HeaderMap>,
+    ) -> Result<OriginResponse, OriginError> {
+        fetch::send(
+            self.shared,
+            Outgoing {
+                req: self.req,
+                target: &self.target,
+                mode: self.mode,
+                client_ip: self.client_ip,
+                conditionals,
+                extra,
+                body: OriginRequestBody::empty(),
+                retry: Retry::Allowed,
+            },
+        )
+        .await
+    }
 }
 
 /// Handles one request and returns the reply to write.
@@ -76,7 +112,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
 ) -> Reply {
-    if headers::is_loop(shared, &req.headers) {
+    if headers::is_loop(&shared.via_name, &req.headers) {
         return Reply::simple(
             StatusCode::LOOP_DETECTED,
             Outcome::None,
@@ -93,142 +129,133 @@ pub async fn handle<R: AsyncRead + Unpin>(
         target,
         mode: info.mode,
         client_ip: info.peer.ip(),
-        policy: shared.policy(info.mode),
     };
-    if req.method.as_str() == "PURGE" {
-        return purge(&cx);
-    }
-    if req.method == Method::CONNECT {
+    let body_state = if body.is_done() {
+        BodyState::Empty
+    } else {
+        BodyState::Present
+    };
+    match decide::entry(&req.method, body_state) {
+        Entry::Purge => purge(&cx),
         // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
-        return Reply::simple(
+        Entry::RefuseConnect => Reply::simple(
             StatusCode::METHOD_NOT_ALLOWED,
             Outcome::None,
             "CONNECT is not served here",
-        );
+        ),
+        Entry::Lookup => cacheable(&cx).await,
+        Entry::Pass => pass(&cx, body).await,
     }
-    if (req.method == Method::GET || req.method == Method::HEAD) && body.is_done() {
-        return cacheable(&cx).await;
-    }
-    pass(&cx, body).await
 }
 
-/// Lookup, then the step its result calls for.
+/// Lookup, then the step the core's verdict calls for.
 async fn cacheable(cx: &Ctx<'_>) -> Reply {
     let now = fetch::now();
-    let req_cc = CacheControl::from_request(&cx.req.headers);
-    let mut found = lookup::lookup(&cx.shared.store, &cx.target.key, cx.req, cx.policy, now);
-    if matches!(found, Lookup::VaryMiss)
-        && partial::combine(&cx.shared.store, cx.policy, &cx.target.key)
-    {
+    let store = &*cx.shared.store;
+    let policy = cx.rules().policy;
+    let mut found = lookup::lookup(store, cx.key(), cx.core(), policy, now);
+    if matches!(found, Lookup::VaryMiss) && partial::combine(store, policy, cx.key()) {
         // Stored pieces were combined (RFC 9111 §3.4): look again.
-        found = lookup::lookup(&cx.shared.store, &cx.target.key, cx.req, cx.policy, now);
+        found = lookup::lookup(store, cx.key(), cx.core(), policy, now);
     }
-    match found {
-        Lookup::Found(obj, Reuse::Fresh { .. }) => hit(cx, &obj, Outcome::MemHit, "hit"),
-        Lookup::Found(obj, Reuse::StaleAllowed { reason, .. }) => {
-            if reason == StaleReason::StaleWhileRevalidate {
+    let memo = if matches!(found, Lookup::Found(_, trove_http::Reuse::Fresh { .. })) {
+        Memo::Unknown // a hit never consults the memo: keep the lock off the hit path
+    } else if cx.shared.memo.lock().remembered(cx.key(), now) {
+        Memo::Uncacheable
+    } else {
+        Memo::Unknown
+    };
+    match decide::after_lookup(cx.core(), found, cx.rules(), memo) {
+        Action::Serve {
+            obj,
+            outcome,
+            status,
+            revalidate,
+        } => {
+            if revalidate {
                 background_revalidate(cx, &obj);
             }
-            let detail = format!("hit; fwd=stale; detail={}", reason.as_str());
-            hit(cx, &obj, Outcome::StaleHit, &detail)
+            hit(cx, &obj, outcome, status)
         }
-        Lookup::Found(obj, Reuse::MustValidate { reason }) => {
-            if req_cc.only_if_cached {
-                return only_if_cached_miss();
-            }
-            revalidate(cx, obj, reason.as_str()).await
+        Action::OnlyIfCached => {
+            // RFC 9111 §5.2.1.7: no stored response satisfies the request.
+            let mut r = Reply::simple(
+                StatusCode::GATEWAY_TIMEOUT,
+                Outcome::None,
+                "not in cache (only-if-cached)",
+            );
+            let status =
+                CacheStatus::forward(Fwd::Miss).with_detail(trove_cache::Detail::OnlyIfCached);
+            r.headers.insert(CACHE_STATUS, status.header_value(None));
+            r
         }
-        Lookup::Found(_, Reuse::Unusable { .. }) | Lookup::Miss | Lookup::VaryMiss => {
-            if req_cc.only_if_cached {
-                return only_if_cached_miss();
-            }
-            miss(cx).await
-        }
+        Action::Revalidate {
+            obj,
+            conditional,
+            outcome,
+            fwd,
+        } => revalidate(cx, obj, &conditional, outcome, fwd).await,
+        Action::Fetch(f) => miss(cx, f).await,
     }
-}
-
-fn only_if_cached_miss() -> Reply {
-    // RFC 9111 §5.2.1.7: no stored response satisfies the request.
-    Reply::simple(
-        StatusCode::GATEWAY_TIMEOUT,
-        Outcome::None,
-        "not in cache (only-if-cached)",
-    )
 }
 
 /// Serves a stored response.
-fn hit(cx: &Ctx<'_>, obj: &Arc<Object>, outcome: Outcome, detail: &str) -> Reply {
+fn hit(cx: &Ctx<'_>, obj: &Arc<Object>, outcome: Outcome, status: CacheStatus) -> Reply {
     cx.shared.store.touch(obj);
-    deliver::stored(obj, cx.req, fetch::now(), outcome, detail, None)
+    deliver::stored(obj, cx.core(), fetch::now(), outcome, status, None)
 }
 
-/// A miss: join a fetch already under way for this key, or lead one.
-async fn miss(cx: &Ctx<'_>) -> Reply {
-    if pass_memo::remembered(cx.shared, &cx.target.key) {
-        return miss_uncacheable(cx).await;
-    }
+/// A miss: join a fetch already under way for this key, or lead one, then fetch.
+async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
     let mut leader: Option<Leader> = None;
-    // Only GETs collapse: a HEAD's response is never stored, so it can't feed waiters.
-    let role = (cx.req.method == Method::GET).then(|| collapse::join(cx.shared, &cx.target.key));
-    match role {
-        None => {}
-        Some(Role::Leader(l)) => leader = Some(l),
-        Some(Role::Follower(f)) => {
-            let waited =
-                tokio::time::timeout(cx.shared.settings.timeouts.origin_response, f.wait()).await;
-            if let Ok(Collapsed::Stored(obj)) = waited {
-                let stored = stored_view(&obj);
-                let r = trove_http::reuse(
-                    cx.policy,
-                    &stored,
-                    &cx.req.method,
-                    &cx.req.headers,
-                    fetch::now(),
-                );
-                if matches!(r, Reuse::Fresh { .. }) {
-                    return hit(cx, &obj, Outcome::CollapsedHit, "hit; detail=collapsed");
+    if f.collapse == Collapse::Allowed {
+        match cx.shared.fetches.join(cx.key()) {
+            Role::Leader(l) => leader = Some(l),
+            Role::Follower(w) => {
+                let limit = cx.shared.settings.timeouts.origin_response;
+                if let Ok(Collapsed::Stored(obj)) = tokio::time::timeout(limit, w.wait()).await {
+                    let now = fetch::now();
+                    if let Some(Action::Serve {
+                        obj,
+                        outcome,
+                        status,
+                        ..
+                    }) = decide::after_collapse(cx.core(), obj, cx.rules(), now)
+                    {
+                        return hit(cx, &obj, outcome, status);
+                    }
                 }
+                // The leader's response can't be shared with this request: fetch our own.
             }
-            // The leader's response can't be shared with this request: fetch our own.
         }
     }
-    let resp = fetch_get(cx, true, None).await;
-    match resp {
-        Ok(resp) => from_origin(cx, resp, leader, Outcome::Miss, "fwd=miss"),
-        Err(e) => origin_error(e, Outcome::Miss),
-    }
+    fetch_and_store(cx, f, leader).await
 }
 
-/// A miss for a URL whose last response could not be stored: no collapsing, and the
-/// client's Range and validators go to the origin, so a resumed download of a file too big
-/// to cache fetches only the missing part and a browser's revalidation costs a 304.
-async fn miss_uncacheable(cx: &Ctx<'_>) -> Reply {
-    let resp = fetch_get(cx, false, None).await;
-    match resp {
-        Ok(resp) => from_origin(cx, resp, None, Outcome::Miss, "fwd=miss"),
-        Err(e) => origin_error(e, Outcome::Miss),
+/// Sends `f` to the origin and stores or passes what comes back.
+async fn fetch_and_store(cx: &Ctx<'_>, f: Fetch, leader: Option<Leader>) -> Reply {
+    let resp = match cx.send(f.conditionals, None).await {
+        Ok(r) => r,
+        Err(e) => return failed(cx, f.stale.as_ref(), f.fwd, f.outcome, &e),
+    };
+    let now = fetch::now();
+    if let Some((obj, status)) =
+        respond::stale_on_server_error(&f, cx.core(), resp.status, cx.rules(), now)
+    {
+        tokio::spawn(fetch::discard(resp));
+        return hit(cx, &obj, Outcome::RefreshFailOld, status);
     }
+    from_origin(cx, resp, leader, f.fwd, f.outcome)
 }
 
-/// A bodyless request for the target to its origin; `strip_conditionals` removes the
-/// client's own conditional and range fields, `extra` adds a cache validation.
-async fn fetch_get(
-    cx: &Ctx<'_>,
-    strip_conditionals: bool,
-    extra: Option<http::HeaderMap>,
-) -> Result<OriginResponse, OriginError> {
-    fetch::send(
-        cx.shared,
-        cx.req,
-        &cx.target,
-        cx.mode,
-        cx.client_ip,
-        strip_conditionals,
-        extra,
-        OriginRequestBody::empty(),
-        true,
-    )
-    .await
+fn response_head<'a>(resp: &OriginResponse, headers: &'a HeaderMap) -> ResponseHead<'a> {
+    ResponseHead {
+        status: resp.status,
+        headers,
+        content_length: resp.content_length(),
+        request_time: resp.request_time,
+        response_time: resp.response_time,
+    }
 }
 
 /// The Store-or-pass step for a response fresh from the origin.
@@ -236,66 +263,83 @@ fn from_origin(
     cx: &Ctx<'_>,
     resp: OriginResponse,
     leader: Option<Leader>,
+    fwd: Fwd,
     outcome: Outcome,
-    fwd: &str,
 ) -> Reply {
+    let shared = cx.shared;
     let peer = Some(resp.upstream.authority());
-    match fetch::may_store(cx.shared, cx.policy, cx.req, &resp) {
-        Ok(()) => match fetch::store(cx.shared, cx.policy, cx.req, &cx.target, resp) {
+    let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+    let head = response_head(&resp, &headers);
+    if cx.req.method == Method::HEAD {
+        // RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects.
+        for (obj, h) in respond::head_updates(&shared.store.lookup(cx.key()), &head, cx.rules()) {
+            shared.store.update_meta(&obj, h);
+        }
+    }
+    let max = shared.store.max_object();
+    match respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max) {
+        OnResponse::Store {
+            object,
+            leader_fields,
+            status,
+        } => match shared.store.insert(*object) {
             Ok(obj) => {
-                pass_memo::forget(cx.shared, &cx.target.key);
+                shared.memo.lock().forget(cx.key());
+                fetch::spawn_fill(shared, resp, Arc::clone(&obj));
                 if let Some(l) = leader {
                     l.publish(Collapsed::Stored(Arc::clone(&obj)));
                 }
-                let detail = format!("{fwd}; fwd-status={}; stored", obj.head.status.as_u16());
-                deliver::stored(&obj, cx.req, fetch::now(), outcome, &detail, peer)
+                let mut reply =
+                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer);
+                for (name, value) in &leader_fields {
+                    reply.headers.append(name, value.clone());
+                }
+                reply
             }
-            Err(resp) => {
-                pass_memo::remember(cx.shared, &cx.target.key);
-                pass_through(cx, *resp, outcome, &format!("{fwd}; detail=too-large"))
+            Err(why) => {
+                shared.memo.lock().remember(cx.key(), fetch::now());
+                pass_through(cx, resp, headers, outcome, respond::refused(status, why))
             }
         },
-        Err(why) => {
+        OnResponse::Pass { status, remember } => {
             drop(leader);
-            // A 304 or 206 answering the client's own conditional or range says nothing
-            // about whether the whole response could be stored.
-            if cx.req.method == Method::GET
-                && resp.status != StatusCode::NOT_MODIFIED
-                && resp.status != StatusCode::PARTIAL_CONTENT
-                && why != trove_http::NotStorable::RequestNoStore
-            {
-                pass_memo::remember(cx.shared, &cx.target.key);
+            if remember {
+                shared.memo.lock().remember(cx.key(), fetch::now());
             }
-            pass_through(
-                cx,
-                resp,
-                outcome,
-                &format!("{fwd}; detail={}", why.as_str()),
-            )
+            pass_through(cx, resp, headers, outcome, status)
         }
     }
 }
 
-/// Sends an origin response on without storing it.
-fn pass_through(cx: &Ctx<'_>, resp: OriginResponse, outcome: Outcome, detail: &str) -> Reply {
-    let mut headers = headers::from_origin(cx.shared, &resp.headers, resp.response_time);
-    let upstream = resp.headers.get(headers::CACHE_STATUS).cloned();
-    headers::set_cache_status(&mut headers, detail, upstream.as_ref());
+/// Sends an origin response on without storing it; `headers` are its cleaned fields.
+fn pass_through(
+    cx: &Ctx<'_>,
+    resp: OriginResponse,
+    mut headers: HeaderMap,
+    outcome: Outcome,
+    status: CacheStatus,
+) -> Reply {
+    let upstream = resp.headers.get(CACHE_STATUS).cloned();
+    headers.insert(CACHE_STATUS, status.header_value(upstream.as_ref()));
     let peer = Some(resp.upstream.authority());
-    let status = resp.status;
+    let code = resp.status;
     let no_body = cx.req.method == Method::HEAD
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
+        || code.is_informational()
+        || code == StatusCode::NO_CONTENT
+        || code == StatusCode::NOT_MODIFIED;
     let body = if no_body {
         let content_length = fetch::content_length_header(&resp.headers);
         tokio::spawn(fetch::discard(resp));
         ReplyBody::Empty { content_length }
     } else {
-        ReplyBody::Origin(Box::new(resp))
+        ReplyBody::Origin(Box::new(PassBody {
+            resp,
+            abort: cx.shared.settings.cache.abort.policy(),
+            metrics: Arc::clone(&cx.shared.metrics),
+        }))
     };
     Reply {
-        status,
+        status: code,
         headers,
         wire: None,
         body,
@@ -305,206 +349,106 @@ fn pass_through(cx: &Ctx<'_>, resp: OriginResponse, outcome: Outcome, detail: &s
     }
 }
 
-fn origin_error(e: OriginError, outcome: Outcome) -> Reply {
+/// The origin could not be reached: stale-if-error, or a generated error.
+fn failed(
+    cx: &Ctx<'_>,
+    stale: Option<&Arc<Object>>,
+    fwd: Fwd,
+    outcome: Outcome,
+    e: &OriginError,
+) -> Reply {
     tracing::debug!(error = %e, "origin request failed");
-    let outcome = if outcome == Outcome::RefreshModified {
-        Outcome::RefreshFailErr
-    } else {
-        outcome
-    };
-    let mut r = Reply::simple(e.status(), outcome, &e.to_string());
-    r.headers.insert(
-        headers::CACHE_STATUS,
-        headers::cache_status(&format!("fwd=miss; detail={}", error_detail(&e))),
-    );
-    if e.status() == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
-/// A stored response needed validating and the origin could not be reached: RFC 9111
-/// §5.2.2.2 and §4.2.4 ask for a generated error, 504 by preference, instead of the stale one.
-fn disconnected(e: OriginError) -> Reply {
-    let mut r = origin_error(e, Outcome::RefreshFailErr);
-    r.status = StatusCode::GATEWAY_TIMEOUT;
-    r
-}
-
-fn error_detail(e: &OriginError) -> &'static str {
-    match e {
-        OriginError::Connect(_) => "connection-refused",
-        OriginError::ConnectTimeout => "connection-timeout",
-        OriginError::PoolExhausted => "overloaded",
-        OriginError::ResponseTimeout | OriginError::BodyTimeout => "timeout",
-        OriginError::Closed => "connection-closed",
-        OriginError::Protocol(_) => "http-protocol-error",
-    }
-}
-
-fn stored_view(obj: &Object) -> StoredResponse<'_> {
-    StoredResponse {
-        method: &Method::GET,
-        status: obj.head.status,
-        headers: &obj.head.headers,
-        request_headers: &obj.head.request_headers,
-        request_time: obj.head.request_time,
-        response_time: obj.head.response_time,
+    let now = fetch::now();
+    match respond::after_failure(stale, cx.core(), cx.rules(), fwd, outcome, e.failure(), now) {
+        OnFailure::ServeStale { obj, status } => hit(cx, &obj, Outcome::RefreshFailOld, status),
+        OnFailure::Error {
+            status,
+            outcome,
+            cache_status,
+        } => {
+            let mut r = Reply::simple(status, outcome, &e.to_string());
+            r.headers
+                .insert(CACHE_STATUS, cache_status.header_value(None));
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                r.headers
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            r
+        }
     }
 }
 
 /// Revalidate a stored response with a conditional request (RFC 9111 §4.3).
-async fn revalidate(cx: &Ctx<'_>, obj: Arc<Object>, reason: &str) -> Reply {
-    let cond = trove_http::validation::conditional_headers(&obj.head.headers);
-    let client_forced = matches!(reason, "request-no-cache" | "request-max-age");
-    if cond.is_empty() {
-        // Nothing to validate with: fetch anew.
-        let outcome = if client_forced {
-            Outcome::ClientRefreshMiss
-        } else {
-            Outcome::RefreshModified
-        };
-        return refetch(cx, Some(obj), outcome).await;
-    }
-    let resp = fetch_get(cx, true, Some(cond)).await;
+async fn revalidate(
+    cx: &Ctx<'_>,
+    obj: Arc<Object>,
+    conditional: &HeaderMap,
+    outcome: Outcome,
+    fwd: Fwd,
+) -> Reply {
+    let resp = match cx.send(Conditionals::Strip, Some(conditional)).await {
+        Ok(r) => r,
+        Err(e) => return failed(cx, Some(&obj), fwd, outcome, &e),
+    };
     let now = fetch::now();
-    match resp {
-        Err(e) => {
-            if stale_if_error_allows(cx.policy, &stored_view(&obj), &cx.req.headers, now) {
-                return hit(
-                    cx,
-                    &obj,
-                    Outcome::RefreshFailOld,
-                    "hit; fwd=stale; detail=stale-if-error",
-                );
-            }
-            disconnected(e)
-        }
-        Ok(resp) if resp.status == StatusCode::NOT_MODIFIED => {
+    let headers =
+        respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
+    let head = response_head(&resp, &headers);
+    match respond::after_validation(&obj, cx.core(), &head, cx.rules(), fwd, now) {
+        OnValidation::Freshen { head, status } => {
             let peer = Some(resp.upstream.authority());
-            if answers(&obj, &resp) {
-                let fresh = freshen(cx.shared, cx.policy, &obj, &resp);
-                tokio::spawn(fetch::discard(resp));
-                let detail = "fwd=stale; fwd-status=304";
-                return deliver::stored(
-                    &fresh,
-                    cx.req,
-                    now,
-                    Outcome::RefreshUnmodified,
-                    detail,
-                    peer,
-                );
-            }
+            tokio::spawn(fetch::discard(resp));
+            let fresh = freshen(cx.shared, &obj, *head);
+            deliver::stored(
+                &fresh,
+                cx.core(),
+                now,
+                Outcome::RefreshUnmodified,
+                status,
+                peer,
+            )
+        }
+        OnValidation::Refetch => {
             // The 304 does not match what we hold (§4.3.4): fetch the whole response.
             tokio::spawn(fetch::discard(resp));
-            refetch(cx, Some(obj), Outcome::RefreshModified).await
-        }
-        Ok(resp)
-            if resp.status.is_server_error()
-                && stale_if_error_allows(cx.policy, &stored_view(&obj), &cx.req.headers, now) =>
-        {
-            tokio::spawn(fetch::discard(resp));
-            hit(
-                cx,
-                &obj,
-                Outcome::RefreshFailOld,
-                "hit; fwd=stale; detail=stale-if-error",
-            )
-        }
-        Ok(resp) => {
-            let outcome = if client_forced {
-                Outcome::ClientRefreshMiss
-            } else {
-                Outcome::RefreshModified
+            let f = Fetch {
+                fwd,
+                collapse: Collapse::No,
+                conditionals: Conditionals::Strip,
+                stale: Some(obj),
+                outcome: Outcome::RefreshModified,
             };
-            from_origin(cx, resp, None, outcome, "fwd=stale")
+            fetch_and_store(cx, f, None).await
         }
-    }
-}
-
-/// Fetches the whole response again (no validators to use).
-async fn refetch(cx: &Ctx<'_>, stale: Option<Arc<Object>>, outcome: Outcome) -> Reply {
-    let resp = fetch_get(cx, true, None).await;
-    let now = fetch::now();
-    let stale_ok =
-        |obj: &Object| stale_if_error_allows(cx.policy, &stored_view(obj), &cx.req.headers, now);
-    match resp {
-        Ok(resp) if resp.status.is_server_error() && stale.as_deref().is_some_and(stale_ok) => {
+        OnValidation::ServeStale { status } => {
             tokio::spawn(fetch::discard(resp));
-            let obj = stale.expect("checked above");
-            hit(
-                cx,
-                &obj,
-                Outcome::RefreshFailOld,
-                "hit; fwd=stale; detail=stale-if-error",
-            )
+            hit(cx, &obj, Outcome::RefreshFailOld, status)
         }
-        Ok(resp) => from_origin(cx, resp, None, outcome, "fwd=stale"),
-        Err(e) => {
-            if let Some(obj) = stale {
-                if stale_if_error_allows(
-                    cx.policy,
-                    &stored_view(&obj),
-                    &cx.req.headers,
-                    fetch::now(),
-                ) {
-                    return hit(
-                        cx,
-                        &obj,
-                        Outcome::RefreshFailOld,
-                        "hit; fwd=stale; detail=stale-if-error",
-                    );
-                }
-                return disconnected(e);
-            }
-            origin_error(e, outcome)
-        }
+        OnValidation::Replace => from_origin(cx, resp, None, fwd, outcome),
     }
 }
 
-/// Whether a 304 to our conditional request applies to `obj`, the one response whose
-/// validators we sent: by §4.3.4's selection, or, when the origin's 304 carries no
-/// validator at all (common in practice), because the request named only this response.
-fn answers(obj: &Object, resp: &OriginResponse) -> bool {
-    let has_validator =
-        resp.headers.contains_key(header::ETAG) || resp.headers.contains_key(header::LAST_MODIFIED);
-    trove_http::validation::selects(&obj.head.headers, &resp.headers) || !has_validator
-}
-
-/// Merges a 304's fields into the stored response (RFC 9111 §3.2, §4.3.4) and stores the
-/// result, sharing the body.
-fn freshen(
-    shared: &Shared,
-    policy: &Policy,
-    obj: &Arc<Object>,
-    resp: &OriginResponse,
-) -> Arc<Object> {
-    let update = headers::from_origin(shared, &resp.headers, resp.response_time);
-    let mut merged = trove_http::validation::freshen_headers(&obj.head.headers, &update);
-    merged.remove(header::CONTENT_LENGTH);
-    let mut head = obj.head.clone();
-    head.headers = merged;
-    head.request_time = resp.request_time;
-    head.response_time = resp.response_time;
-    prepare::prepare(policy, &mut head);
-    let fresh = Object::new(
-        obj.key.clone(),
-        obj.variant.clone(),
-        head,
-        Arc::clone(&obj.body),
-    );
+/// Stores a 304's merged head in place of `obj`'s (same identity, same body, so a body still
+/// arriving keeps being filled and stored); if `obj` has left the store meanwhile, the
+/// client is served the new head all the same.
+fn freshen(shared: &Shared, obj: &Arc<Object>, head: ObjectHead) -> Arc<Object> {
     shared
         .store
-        .insert(fresh)
-        .unwrap_or_else(|| Arc::clone(obj))
+        .update_meta(obj, head.clone())
+        .unwrap_or_else(|| {
+            Arc::new(Object::new(
+                obj.key.clone(),
+                obj.variant.clone(),
+                head,
+                Arc::clone(&obj.body),
+            ))
+        })
 }
 
 /// stale-while-revalidate: the stale response was served; refresh it in the background,
 /// once per key at a time.
 fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
-    let key = format!("revalidate {}", cx.target.key);
-    let Role::Leader(busy) = collapse::join(cx.shared, &key) else {
+    let Role::Leader(busy) = cx.shared.revalidations.join(cx.key()) else {
         return; // already being revalidated
     };
     let shared = Arc::clone(cx.shared);
@@ -520,42 +464,44 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     };
     let mode = cx.mode;
     let client_ip = cx.client_ip;
-    let target = Target {
-        key: cx.target.key.clone(),
-        upstreams: cx.target.upstreams.clone(),
-        host: cx.target.host.clone(),
-        path: cx.target.path.clone(),
-    };
+    let target = cx.target.clone();
     tokio::spawn(async move {
         let _busy = busy;
         let cond = trove_http::validation::conditional_headers(&obj.head.headers);
-        let Ok(resp) = fetch::send(
+        let sent = fetch::send(
             &shared,
-            &req,
-            &target,
-            mode,
-            client_ip,
-            true,
-            Some(cond),
-            OriginRequestBody::empty(),
-            true,
+            Outgoing {
+                req: &req,
+                target: &target,
+                mode,
+                client_ip,
+                conditionals: Conditionals::Strip,
+                extra: Some(&cond),
+                body: OriginRequestBody::empty(),
+                retry: Retry::Allowed,
+            },
         )
-        .await
-        else {
-            return;
-        };
+        .await;
+        let Ok(resp) = sent else { return };
+        let rules = shared.rules(mode);
+        let headers =
+            respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+        let head = response_head(&resp, &headers);
         if resp.status == StatusCode::NOT_MODIFIED {
-            if answers(&obj, &resp) {
-                freshen(&shared, shared.policy(mode), &obj, &resp);
+            if respond::answers(&obj, &headers) {
+                freshen(&shared, &obj, respond::freshened_head(&obj, &head, rules));
             }
             fetch::discard(resp).await;
             return;
         }
-        let policy = shared.policy(mode);
-        if fetch::may_store(&shared, policy, &req, &resp).is_ok() {
-            let _ = fetch::store(&shared, policy, &req, &target, resp);
-        } else {
-            fetch::discard(resp).await;
+        let core = Request::new(&req.method, &req.headers);
+        let max = shared.store.max_object();
+        match respond::after_fetch(core, &target.key, &head, rules, Fwd::Stale, max) {
+            OnResponse::Store { object, .. } => match shared.store.insert(*object) {
+                Ok(obj) => fetch::spawn_fill(&shared, resp, obj),
+                Err(_) => fetch::discard(resp).await,
+            },
+            OnResponse::Pass { .. } => fetch::discard(resp).await,
         }
     });
 }
@@ -580,14 +526,20 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
     );
     let send = fetch::send(
         cx.shared,
-        cx.req,
-        &cx.target,
-        cx.mode,
-        cx.client_ip,
-        false,
-        None,
-        origin_body,
-        idempotent && tx.is_none(),
+        Outgoing {
+            req: cx.req,
+            target: &cx.target,
+            mode: cx.mode,
+            client_ip: cx.client_ip,
+            conditionals: Conditionals::Keep,
+            extra: None,
+            body: origin_body,
+            retry: if idempotent && tx.is_none() {
+                Retry::Allowed
+            } else {
+                Retry::No
+            },
+        },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body
     // sent to the origin; `tx` stays here to abort that body if the client's fails.
@@ -648,32 +600,22 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         }
     }
     let reply = match resp {
-        Err(e) => origin_error(e, Outcome::Miss),
+        Err(e) => failed(cx, None, Fwd::Method, Outcome::Miss, &e),
         Ok(resp) => {
-            invalidate(cx, &resp);
-            pass_through(cx, resp, Outcome::Miss, "fwd=method")
+            for key in respond::invalidations(&cx.req.method, cx.key(), resp.status, &resp.headers)
+            {
+                cx.shared.store.remove(&key, Removal::Invalidated);
+            }
+            let headers =
+                respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
+            let status = CacheStatus::forward(Fwd::Method).with_fwd_status(resp.status.as_u16());
+            pass_through(cx, resp, headers, Outcome::Miss, status)
         }
     };
     if unfinished {
         reply.closing()
     } else {
         reply
-    }
-}
-
-/// RFC 9111 §4.4: after a successful unsafe request, drop what is stored for the target
-/// and for same-origin Location / Content-Location.
-fn invalidate(cx: &Ctx<'_>, resp: &OriginResponse) {
-    let Ok(uri) = cx.target.key.parse::<http::Uri>() else {
-        return;
-    };
-    for target in trove_http::invalidate::invalidation_targets(
-        &cx.req.method,
-        resp.status,
-        &uri,
-        &resp.headers,
-    ) {
-        cx.shared.store.remove(&trove_http::key::cache_key(&target));
     }
 }
 
@@ -686,7 +628,7 @@ fn purge(cx: &Ctx<'_>) -> Reply {
             "PURGE not allowed from this address",
         );
     }
-    let removed = cx.shared.store.remove(&cx.target.key);
+    let removed = cx.shared.store.remove(cx.key(), Removal::Purged);
     let (status, text) = if removed > 0 {
         (
             StatusCode::OK,

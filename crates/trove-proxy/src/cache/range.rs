@@ -8,22 +8,21 @@ use http::{HeaderMap, StatusCode};
 use trove_http::range::{self, RangeOutcome};
 use trove_store::Object;
 
-use crate::client::head::RequestHead;
-use crate::outcome::Outcome;
 use crate::reply::{Reply, ReplyBody};
+use trove_cache::{Outcome, Request};
 
 /// A 206 or 416 reply when the request asks for ranges that apply, else `None` (serve the
 /// whole response). `headers` are the stored response's, already with Age and Cache-Status.
 pub fn answer(
     obj: &Arc<Object>,
-    req: &RequestHead,
+    req: Request<'_>,
     headers: &mut HeaderMap,
     total: u64,
 ) -> Option<Reply> {
     if !req.headers.contains_key(header::RANGE) {
         return None;
     }
-    match range::range_outcome(&req.method, &req.headers, &obj.head.headers, total) {
+    match range::range_outcome(req.method, req.headers, &obj.head.headers, total) {
         RangeOutcome::Full => None,
         RangeOutcome::Unsatisfiable => {
             let mut h = headers.clone();
@@ -88,12 +87,12 @@ pub fn answer(
 }
 
 fn obj_boundary_seed(obj: &Object) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    obj.key.hash(&mut h);
-    obj.variant.hash(&mut h);
-    std::time::SystemTime::now().hash(&mut h);
-    h.finish()
+    // Unpredictable per response (RFC 2046 asks only that it not occur in the parts).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    trove_store::hash::fingerprint(&obj.key, &obj.variant) ^ nanos.rotate_left(17)
 }
 
 fn reply(status: StatusCode, headers: HeaderMap, body: ReplyBody) -> Reply {

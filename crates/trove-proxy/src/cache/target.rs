@@ -4,14 +4,14 @@ use http::header::HOST;
 use http::{HeaderValue, StatusCode};
 
 use crate::client::head::RequestHead;
-use crate::outcome::Outcome;
 use crate::reply::Reply;
 use crate::route::Upstream;
 use crate::settings::Mode;
 use crate::state::Shared;
+use trove_cache::Outcome;
 
 /// The resolved target of a request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Target {
     /// The normalised absolute URI: the primary cache key.
     pub key: String,

@@ -2,7 +2,6 @@
 //! the reply, log it, and loop while the connection may persist. Pipelined requests are
 //! answered in order because the next head is only parsed once the previous reply is out.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -13,13 +12,14 @@ use tokio::net::TcpStream;
 use crate::access_log::LogRecord;
 use crate::client::body::{ReadSide, RequestBody};
 use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
+pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
 use crate::client::write::ClientWriter;
-use crate::outcome::Outcome;
 use crate::reply::Reply;
 use crate::settings::Mode;
 use crate::state::Shared;
 use crate::tunnel;
+use trove_cache::Outcome;
 
 /// Request body bytes read and thrown away after a reply so the connection can be reused;
 /// beyond this the connection is closed instead.
@@ -27,15 +27,6 @@ const DRAIN_LIMIT: u64 = 256 * 1024;
 
 /// How long an idle connection keeps its read buffer before giving it back.
 const KEEP_BUFFER_WHILE_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// What the listener knows about a connection.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnInfo {
-    pub peer: SocketAddr,
-    pub mode: Mode,
-    /// False when the client is outside the ACL: every request is answered 403.
-    pub allowed: bool,
-}
 
 enum HeadRead {
     Head(Box<RequestHead>),

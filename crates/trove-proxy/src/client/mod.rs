@@ -10,5 +10,6 @@
 pub mod body;
 pub mod conn;
 pub mod head;
+pub mod info;
 pub mod respond;
 pub mod write;

@@ -59,7 +59,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
         ReplyBody::Empty { content_length } => *content_length,
         ReplyBody::Bytes(b) => Some(b.len() as u64),
         ReplyBody::Stored { reader, end } => end.map(|e| e.saturating_sub(reader.position())),
-        ReplyBody::Origin(resp) => resp.content_length(),
+        ReplyBody::Origin(pass) => pass.resp.content_length(),
     };
     if head_only {
         let framing = OutFraming::NoBody {
@@ -151,20 +151,25 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             }
             finish(w, chunked, must_close).await
         }
-        ReplyBody::Origin(mut resp) => {
+        ReplyBody::Origin(mut pass) => {
             if w.send_head(status, &headers, wire, framing, keep_alive, version, None)
                 .await
                 .is_err()
             {
+                pass.abandon(0, 0);
                 return failed;
             }
+            let mut delivered = 0u64;
             loop {
-                match resp.next_chunk().await {
+                match pass.resp.next_chunk().await {
                     Ok(None) => break,
                     Ok(Some(b)) => {
+                        let n = b.len() as u64;
                         if w.send_body(b, chunked).await.is_err() {
+                            pass.abandon(delivered, n);
                             return failed;
                         }
+                        delivered += n;
                     }
                     Err(_) => return failed,
                 }

@@ -10,49 +10,10 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::metrics::Metrics;
+pub use crate::origin::error::OriginError;
 use crate::origin::pool::{Pool, PooledConn};
 use crate::origin::request_body::OriginRequestBody;
-use crate::route::Upstream;
-
-/// Why talking to an origin failed. [`OriginError::status`] is what the client gets.
-#[derive(Debug, thiserror::Error)]
-pub enum OriginError {
-    #[error("cannot connect to origin: {0}")]
-    Connect(std::io::Error),
-    #[error("origin did not accept the connection in time")]
-    ConnectTimeout,
-    #[error("too many connections to this origin")]
-    PoolExhausted,
-    #[error("origin did not answer in time")]
-    ResponseTimeout,
-    #[error("origin went silent mid-body")]
-    BodyTimeout,
-    #[error("origin closed or reset the connection")]
-    Closed,
-    #[error("origin sent an invalid response: {0}")]
-    Protocol(&'static str),
-}
-
-impl OriginError {
-    /// 504 for timeouts, 502 for everything else.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            OriginError::ConnectTimeout
-            | OriginError::ResponseTimeout
-            | OriginError::BodyTimeout => StatusCode::GATEWAY_TIMEOUT,
-            OriginError::PoolExhausted => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::BAD_GATEWAY,
-        }
-    }
-
-    fn from_hyper(e: hyper::Error) -> OriginError {
-        if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
-            OriginError::Protocol("malformed response head")
-        } else {
-            OriginError::Closed
-        }
-    }
-}
+use crate::upstream::Upstream;
 
 /// An origin's response head, with its body still to read.
 pub struct OriginResponse {

@@ -7,6 +7,7 @@
 //! it is trove's own, because the proxy needs per-origin limits and reuse counters that
 //! hyper-util's pool does not give.
 
+mod error;
 mod fetch;
 mod pool;
 mod request_body;

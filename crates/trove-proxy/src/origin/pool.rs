@@ -12,9 +12,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
-use crate::origin::fetch::OriginError;
+use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
-use crate::route::Upstream;
+use crate::upstream::Upstream;
 
 struct Idle {
     sender: SendRequest<OriginRequestBody>,

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use trove_http::{reuse, Policy, Reuse, StoredResponse};
-use trove_store::{MemoryStore, Object};
+use trove_store::{Object, Removal, Storage};
 
-use crate::cache::{partial, prepare};
-use crate::client::head::RequestHead;
+use crate::request::Request;
+use crate::{partial, prepare};
 
 /// What the store holds for a request.
 #[derive(Debug)]
@@ -30,20 +30,31 @@ fn rank(r: &Reuse) -> u8 {
 }
 
 /// Looks `key` up and judges each stored variant; the most usable, then most recent, wins.
+/// A variant whose body failed is removed on the way.
 pub fn lookup(
-    store: &MemoryStore,
+    store: &dyn Storage,
     key: &str,
-    req: &RequestHead,
+    req: Request<'_>,
     policy: &Policy,
     now: SystemTime,
 ) -> Lookup {
-    let variants = store.lookup(key);
+    judge(store, store.lookup(key), req, policy, now)
+}
+
+/// Judges the variants `store` returned for one key.
+pub fn judge(
+    store: &dyn Storage,
+    variants: Vec<Arc<Object>>,
+    req: Request<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> Lookup {
     if variants.is_empty() {
         return Lookup::Miss;
     }
     // The common hit: one variant whose reuse depends on age alone, a plain request.
     if let [obj] = variants.as_slice() {
-        if prepare::plain_request(req)
+        if req.is_plain()
             && prepare::fresh(&obj.head, policy, now)
             && !matches!(obj.body.outcome(), Some(Err(_)))
         {
@@ -57,7 +68,7 @@ pub fn lookup(
     let mut best: Option<(Arc<Object>, Reuse)> = None;
     for obj in variants {
         if matches!(obj.body.outcome(), Some(Err(_))) {
-            store.remove_object(&obj);
+            store.remove_object(&obj, Removal::Failed);
             continue;
         }
         if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(&obj, req) {
@@ -71,7 +82,7 @@ pub fn lookup(
             request_time: obj.head.request_time,
             response_time: obj.head.response_time,
         };
-        let r = reuse(policy, &stored, &req.method, &req.headers, now);
+        let r = reuse(policy, &stored, req.method, req.headers, now);
         if rank(&r) == 0 {
             continue;
         }

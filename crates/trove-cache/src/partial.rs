@@ -10,10 +10,10 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Method, StatusCode};
 use trove_http::range::{self, ByteRange, RangeOutcome};
 use trove_http::Policy;
-use trove_store::{Body, MemoryStore, Object};
+use trove_store::{Body, Object, Removal, Storage};
 
-use crate::cache::prepare;
-use crate::client::head::RequestHead;
+use crate::prepare;
+use crate::request::Request;
 
 /// The stored range of a partial object: `(range, total length)`.
 pub fn span(obj: &Object) -> Option<(ByteRange, u64)> {
@@ -49,19 +49,19 @@ pub fn variant_suffix(headers: &HeaderMap) -> String {
 }
 
 /// The one byte range a request asks for against a representation of `total` bytes.
-pub fn wanted(req: &RequestHead, stored: &HeaderMap, total: u64) -> Option<ByteRange> {
-    match range::range_outcome(&req.method, &req.headers, stored, total) {
+pub fn wanted(req: Request<'_>, stored: &HeaderMap, total: u64) -> Option<ByteRange> {
+    match range::range_outcome(req.method, req.headers, stored, total) {
         RangeOutcome::Single(r) => Some(r),
         _ => None,
     }
 }
 
 /// Whether partial `obj` can answer `req` (a GET whose single range lies inside it).
-pub fn covers(obj: &Object, req: &RequestHead) -> bool {
+pub fn covers(obj: &Object, req: Request<'_>) -> bool {
     let Some((have, total)) = span(obj) else {
         return false;
     };
-    if req.method != Method::GET || matches!(obj.body.outcome(), Some(Err(_))) {
+    if *req.method != Method::GET || matches!(obj.body.outcome(), Some(Err(_))) {
         return false;
     }
     wanted(req, &obj.head.headers, total)
@@ -70,7 +70,7 @@ pub fn covers(obj: &Object, req: &RequestHead) -> bool {
 
 /// Combines the complete partials stored under `key` that share a strong validator. Returns
 /// true if anything new was stored (a larger partial or the complete response).
-pub fn combine(store: &MemoryStore, policy: &Policy, key: &str) -> bool {
+pub fn combine(store: &dyn Storage, policy: &Policy, key: &str) -> bool {
     let mut parts: Vec<(ByteRange, u64, Arc<Object>)> = store
         .lookup(key)
         .into_iter()
@@ -125,7 +125,7 @@ pub fn combine(store: &MemoryStore, policy: &Policy, key: &str) -> bool {
 }
 
 fn store_combined(
-    store: &MemoryStore,
+    store: &dyn Storage,
     policy: &Policy,
     anchor: &Object,
     r: ByteRange,
@@ -150,19 +150,24 @@ fn store_combined(
         format!("{base_variant}\u{0}partial {}-{}", r.first, r.last)
     };
     prepare::prepare(policy, &mut head);
-    store.insert(Object::new(
-        anchor.key.clone(),
-        variant,
-        head,
-        Body::complete(bytes),
-    ));
+    if store
+        .insert(Object::new(
+            anchor.key.clone(),
+            variant,
+            head,
+            Body::complete(bytes),
+        ))
+        .is_err()
+    {
+        return;
+    }
     if complete {
         // The pieces are no longer needed.
         for o in store.lookup(&anchor.key) {
             if o.head.status == StatusCode::PARTIAL_CONTENT
                 && range::combinable(&anchor.head.headers, &o.head.headers)
             {
-                store.remove_object(&o);
+                store.remove_object(&o, Removal::Replaced);
             }
         }
     }

@@ -7,12 +7,9 @@ use std::time::SystemTime;
 
 use bytes::{BufMut, BytesMut};
 use http::header;
-use http::{HeaderMap, Method};
 use trove_http::freshness::{current_age, freshness_lifetime_received};
 use trove_http::{effective_response_cc, Policy, Vary};
 use trove_store::{ObjectHead, Prepared};
-
-use crate::client::head::RequestHead;
 
 /// Fields a hit writes itself, so they are left out of the pre-encoded block.
 fn set_per_hit(name: &header::HeaderName) -> bool {
@@ -20,10 +17,10 @@ fn set_per_hit(name: &header::HeaderName) -> bool {
         || name == header::CONTENT_TYPE
         || name == trove_http::TROVE_CACHE_CONTROL
         || name == header::CONTENT_LENGTH
-        || name == super::headers::CACHE_STATUS
+        || name == crate::status::CACHE_STATUS
 }
 
-/// Fills `head.prepared`.
+/// Fills `head.prepared`. Called whenever a head is stored or updated.
 pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
     let mut wire = BytesMut::with_capacity(head.headers.len() * 40);
     for (name, value) in &head.headers {
@@ -59,23 +56,6 @@ pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
     };
 }
 
-/// True when the request carries nothing that could change the reuse decision beyond age
-/// (no Cache-Control or Pragma of its own, GET or HEAD), so `fresh_until` decides.
-pub fn plain_request(req: &RequestHead) -> bool {
-    (req.method == Method::GET || req.method == Method::HEAD)
-        && !req.headers.contains_key(header::CACHE_CONTROL)
-        && !req.headers.contains_key(header::PRAGMA)
-}
-
-/// True when the request has no conditional or range fields for the deliver step to answer.
-pub fn unconditional(headers: &HeaderMap) -> bool {
-    !(headers.contains_key(header::IF_NONE_MATCH)
-        || headers.contains_key(header::IF_MODIFIED_SINCE)
-        || headers.contains_key(header::IF_MATCH)
-        || headers.contains_key(header::IF_UNMODIFIED_SINCE)
-        || headers.contains_key(header::RANGE))
-}
-
 /// Fresh by the fast path at `now`, if it applies under `policy`.
 pub fn fresh(head: &ObjectHead, policy: &Policy, now: SystemTime) -> bool {
     head.prepared.policy_id == policy_id(policy)
@@ -94,6 +74,7 @@ fn policy_id(policy: &Policy) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::{HeaderMap, Method};
     use std::time::Duration;
 
     fn head(fields: &[(&str, &str)], received: SystemTime) -> ObjectHead {

@@ -15,8 +15,6 @@ pub enum Outcome {
     NegativeHit,
     /// Stale response served while it is revalidated in the background.
     StaleHit,
-    /// `only-if-cached` request answered from the cache.
-    OfflineHit,
     /// Nothing usable stored; fetched from the origin.
     Miss,
     /// The client asked to bypass the cache (`no-cache`, `max-age=0` forcing a reload).
@@ -40,13 +38,12 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::MemHit,
         Outcome::CollapsedHit,
         Outcome::ImsHit,
         Outcome::NegativeHit,
         Outcome::StaleHit,
-        Outcome::OfflineHit,
         Outcome::Miss,
         Outcome::ClientRefreshMiss,
         Outcome::RefreshUnmodified,
@@ -67,7 +64,6 @@ impl Outcome {
             Outcome::ImsHit => "TCP_IMS_HIT",
             Outcome::NegativeHit => "TCP_NEGATIVE_HIT",
             Outcome::StaleHit => "TCP_STALE_HIT",
-            Outcome::OfflineHit => "TCP_OFFLINE_HIT",
             Outcome::Miss => "TCP_MISS",
             Outcome::ClientRefreshMiss => "TCP_CLIENT_REFRESH_MISS",
             Outcome::RefreshUnmodified => "TCP_REFRESH_UNMODIFIED",
@@ -91,13 +87,13 @@ impl Outcome {
                 | Outcome::ImsHit
                 | Outcome::NegativeHit
                 | Outcome::StaleHit
-                | Outcome::OfflineHit
                 | Outcome::RefreshUnmodified
                 | Outcome::RefreshFailOld
         )
     }
 
-    pub(crate) fn index(self) -> usize {
+    /// The position in [`Outcome::ALL`] (metrics index counters by it).
+    pub fn index(self) -> usize {
         Outcome::ALL.iter().position(|o| *o == self).unwrap_or(0)
     }
 }

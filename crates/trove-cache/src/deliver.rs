@@ -1,0 +1,66 @@
+//! The Deliver step's decisions for a stored response: its `Age`, whether the client's own
+//! preconditions turn it into a 304 or 412, and how the outcome is logged. Building the
+//! bytes (ranges, multipart) is the front end's job.
+
+use std::time::{Duration, SystemTime};
+
+use http::StatusCode;
+use trove_http::preconditions::{self, Precondition};
+use trove_store::Object;
+
+use crate::outcome::Outcome;
+use crate::request::Request;
+
+/// What the client gets from a stored response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Its conditional request matched: 304 (RFC 9110 §13.2.2).
+    NotModified,
+    /// A precondition failed: 412.
+    PreconditionFailed,
+    /// The response (or the requested ranges of it).
+    Response,
+}
+
+/// The client's preconditions, judged against the stored response.
+pub fn delivery(obj: &Object, req: Request<'_>) -> Delivery {
+    if req.is_unconditional() {
+        return Delivery::Response;
+    }
+    match preconditions::evaluate(req.method, req.headers, obj.head.status, &obj.head.headers) {
+        Precondition::NotModified => Delivery::NotModified,
+        Precondition::Failed => Delivery::PreconditionFailed,
+        Precondition::Proceed => Delivery::Response,
+    }
+}
+
+/// The stored response's current age (RFC 9111 §4.2.3), for `Age`.
+pub fn age(obj: &Object, now: SystemTime) -> Duration {
+    let resident = now
+        .duration_since(obj.head.response_time)
+        .unwrap_or_default();
+    obj.head.prepared.initial_age.saturating_add(resident)
+}
+
+/// How a delivery is logged: a plain memory hit answered with a 304 is an IMS hit, one on a
+/// stored error response a negative hit; other outcomes keep their name.
+pub fn outcome(base: Outcome, d: Delivery, stored_status: StatusCode) -> Outcome {
+    if base != Outcome::MemHit {
+        return base;
+    }
+    match d {
+        Delivery::NotModified => Outcome::ImsHit,
+        Delivery::PreconditionFailed => base,
+        Delivery::Response if stored_status.as_u16() >= 400 => Outcome::NegativeHit,
+        Delivery::Response => base,
+    }
+}
+
+/// The status line the client gets.
+pub fn status(d: Delivery, stored_status: StatusCode) -> StatusCode {
+    match d {
+        Delivery::NotModified => StatusCode::NOT_MODIFIED,
+        Delivery::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        Delivery::Response => stored_status,
+    }
+}

@@ -1,0 +1,389 @@
+//! The response side of the state machine: once the origin answers (or fails), what to
+//! store, what to freshen, what to invalidate, and what the client gets.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::header;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use trove_http::connection::strip_connection_fields;
+use trove_http::{stale_if_error_allows, storability, variant_key, NotStorable, Vary};
+use trove_store::{Body, Object, ObjectHead, Refused};
+
+use crate::cookie::StoreCookies;
+use crate::decide::{Fetch, Rules};
+use crate::outcome::Outcome;
+use crate::request::{Request, ResponseHead};
+use crate::status::{CacheStatus, Detail, Fwd, OriginFailure};
+use crate::{partial, prepare, stored_view};
+
+/// The header fields of an origin response as stored and sent on: connection-specific
+/// fields and framing removed (the front end frames the body itself), `Proxy-Authenticate`
+/// removed, `Via` added, `Date` ensured (RFC 9110 §6.6.1, §7.6).
+pub fn clean_response_headers(
+    origin: &HeaderMap,
+    via: &HeaderValue,
+    response_time: SystemTime,
+) -> HeaderMap {
+    let mut h = origin.clone();
+    strip_connection_fields(&mut h);
+    h.remove(header::CONTENT_LENGTH);
+    h.remove(header::PROXY_AUTHENTICATE);
+    h.append(header::VIA, via.clone());
+    trove_http::freshness::ensure_date(&mut h, response_time);
+    h
+}
+
+/// What to do with an origin's response to a fetch.
+#[derive(Debug)]
+pub enum OnResponse {
+    /// Insert `object` (its body arrives as the origin sends it). The fetching client alone
+    /// also gets `leader_fields` (the `Set-Cookie` the cookie policy kept out of the store).
+    Store {
+        object: Box<Object>,
+        leader_fields: HeaderMap,
+        status: CacheStatus,
+    },
+    /// Send it on without storing. With `remember`, the URL is remembered as uncacheable.
+    Pass { status: CacheStatus, remember: bool },
+}
+
+/// Whether (and why not) an origin response to `req` may be stored.
+pub fn may_store(
+    req: Request<'_>,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    max_object: u64,
+) -> Result<(), Detail> {
+    if *req.method != Method::GET {
+        return Err(Detail::NotStorable(NotStorable::Method));
+    }
+    storability(
+        rules.policy,
+        req.method,
+        req.headers,
+        resp.status,
+        resp.headers,
+    )
+    .map_err(Detail::NotStorable)?;
+    if resp.status == StatusCode::PARTIAL_CONTENT
+        && !partial::storable_206(resp.headers, resp.content_length)
+    {
+        // Only single ranges of a known total length are kept (RFC 9111 §3.3).
+        return Err(Detail::NotStorable(NotStorable::Status));
+    }
+    if resp.content_length.is_some_and(|n| n > max_object) {
+        return Err(Detail::TooLarge);
+    }
+    let content_type = resp
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if rules.cookies.bypasses(req.headers, Some(content_type)) {
+        return Err(Detail::RequestCookie);
+    }
+    Ok(())
+}
+
+/// The Store-or-pass step for a response to `fetch`.
+pub fn after_fetch(
+    req: Request<'_>,
+    key: &str,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    fetch_fwd: Fwd,
+    max_object: u64,
+) -> OnResponse {
+    let base = CacheStatus::forward(fetch_fwd).with_fwd_status(resp.status.as_u16());
+    if let Err(detail) = may_store(req, resp, rules, max_object) {
+        // A 304 or 206 answering the client's own conditional or range says nothing about
+        // whether the whole response could be stored; nor does a bypass or request no-store.
+        let remember = *req.method == Method::GET
+            && resp.status != StatusCode::NOT_MODIFIED
+            && resp.status != StatusCode::PARTIAL_CONTENT
+            && !matches!(
+                detail,
+                Detail::NotStorable(NotStorable::RequestNoStore) | Detail::RequestCookie
+            );
+        return OnResponse::Pass {
+            status: base.with_detail(detail),
+            remember,
+        };
+    }
+    let mut headers = resp.headers.clone();
+    let leader_fields = match rules.cookies.on_store(&headers) {
+        StoreCookies::AsIs => HeaderMap::new(),
+        StoreCookies::Refuse => {
+            return OnResponse::Pass {
+                status: base.with_detail(Detail::SetCookie),
+                remember: true,
+            }
+        }
+        StoreCookies::Strip(values) => {
+            headers.remove(header::SET_COOKIE);
+            let mut leader = HeaderMap::new();
+            for v in values {
+                leader.append(header::SET_COOKIE, v);
+            }
+            leader
+        }
+    };
+    let vary = Vary::from_headers(&headers);
+    let mut variant = variant_key(&vary, req.headers);
+    if resp.status == StatusCode::PARTIAL_CONTENT {
+        variant.push_str(&partial::variant_suffix(&headers));
+    }
+    // Only the selecting fields of the request are kept (RFC 9111 §4.1 needs nothing else).
+    let mut request_headers = HeaderMap::new();
+    if let Vary::Fields(names) = &vary {
+        for name in names {
+            for v in req.headers.get_all(name) {
+                request_headers.append(name.clone(), v.clone());
+            }
+        }
+    }
+    // A 206's length is that of its range, whatever the origin declares or omits.
+    let expected = match partial::stored_range(&headers) {
+        Some(r) if resp.status == StatusCode::PARTIAL_CONTENT => Some(r.len()),
+        _ => resp.content_length,
+    };
+    let mut head = ObjectHead {
+        status: resp.status,
+        headers,
+        request_headers,
+        request_time: resp.request_time,
+        response_time: resp.response_time,
+        prepared: Default::default(),
+    };
+    prepare::prepare(rules.policy, &mut head);
+    OnResponse::Store {
+        object: Box::new(Object::new(
+            key.to_string(),
+            variant,
+            head,
+            Body::new(expected),
+        )),
+        leader_fields,
+        status: CacheStatus {
+            stored: true,
+            ..base
+        },
+    }
+}
+
+/// The store refused an object [`after_fetch`] wanted stored: it is passed instead.
+pub fn refused(status: CacheStatus, why: Refused) -> CacheStatus {
+    CacheStatus {
+        stored: false,
+        ..status
+    }
+    .with_detail(match why {
+        Refused::TooLarge => Detail::TooLarge,
+        Refused::NotAdmitted => Detail::NotAdmitted,
+    })
+}
+
+/// What to do with the origin's answer to a validation.
+#[derive(Debug)]
+pub enum OnValidation {
+    /// 304 for the stored response: store `head` in its place (same body) and serve it.
+    Freshen {
+        head: Box<ObjectHead>,
+        status: CacheStatus,
+    },
+    /// A 304 that does not match what is stored (§4.3.4): fetch the whole response.
+    Refetch,
+    /// A server error, and stale-if-error allows the stored response.
+    ServeStale { status: CacheStatus },
+    /// A new response: store or pass it like any fetched one.
+    Replace,
+}
+
+/// Whether a 304 to our conditional request applies to `obj`, the one response whose
+/// validators we sent: by §4.3.4's selection, or, when the origin's 304 carries no
+/// validator at all (common in practice), because the request named only this response.
+pub fn answers(obj: &Object, not_modified: &HeaderMap) -> bool {
+    let has_validator =
+        not_modified.contains_key(header::ETAG) || not_modified.contains_key(header::LAST_MODIFIED);
+    trove_http::validation::selects(&obj.head.headers, not_modified) || !has_validator
+}
+
+/// The head of `obj` updated with a 304's (already cleaned) fields (RFC 9111 §3.2, §4.3.4).
+pub fn freshened_head(obj: &Object, resp: &ResponseHead<'_>, rules: Rules<'_>) -> ObjectHead {
+    let mut merged = trove_http::validation::freshen_headers(&obj.head.headers, resp.headers);
+    merged.remove(header::CONTENT_LENGTH);
+    if rules.cookies.set_cookie != crate::cookie::SetCookiePolicy::Rfc {
+        // A 304's cookies are this client's, never the stored response's.
+        merged.remove(header::SET_COOKIE);
+    }
+    let mut head = obj.head.clone();
+    head.headers = merged;
+    head.request_time = resp.request_time;
+    head.response_time = resp.response_time;
+    prepare::prepare(rules.policy, &mut head);
+    head
+}
+
+/// The Revalidate step's verdict on the origin's answer.
+pub fn after_validation(
+    obj: &Object,
+    req: Request<'_>,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    fwd: Fwd,
+    now: SystemTime,
+) -> OnValidation {
+    if resp.status == StatusCode::NOT_MODIFIED {
+        if !answers(obj, resp.headers) {
+            return OnValidation::Refetch;
+        }
+        return OnValidation::Freshen {
+            head: Box::new(freshened_head(obj, resp, rules)),
+            status: CacheStatus::forward(fwd).with_fwd_status(304),
+        };
+    }
+    if resp.status.is_server_error()
+        && stale_if_error_allows(rules.policy, &stored_view(obj), req.headers, now)
+    {
+        return OnValidation::ServeStale {
+            status: stale_if_error(fwd).with_fwd_status(resp.status.as_u16()),
+        };
+    }
+    OnValidation::Replace
+}
+
+fn stale_if_error(fwd: Fwd) -> CacheStatus {
+    CacheStatus {
+        hit: true,
+        fwd: Some(fwd),
+        ..CacheStatus::default()
+    }
+    .with_detail(Detail::StaleIfError)
+}
+
+/// A refetch of a stale response (no validators) answered with a server error: serve the
+/// stale one if stale-if-error allows.
+pub fn stale_on_server_error(
+    fetch: &Fetch,
+    req: Request<'_>,
+    resp_status: StatusCode,
+    rules: Rules<'_>,
+    now: SystemTime,
+) -> Option<(Arc<Object>, CacheStatus)> {
+    let stale = fetch.stale.as_ref()?;
+    (resp_status.is_server_error()
+        && stale_if_error_allows(rules.policy, &stored_view(stale), req.headers, now))
+    .then(|| {
+        (
+            Arc::clone(stale),
+            stale_if_error(fetch.fwd).with_fwd_status(resp_status.as_u16()),
+        )
+    })
+}
+
+/// What the client gets when the origin could not be reached.
+#[derive(Debug)]
+pub enum OnFailure {
+    /// Serve the stale stored response (stale-if-error).
+    ServeStale {
+        obj: Arc<Object>,
+        status: CacheStatus,
+    },
+    /// A generated error.
+    Error {
+        status: StatusCode,
+        outcome: Outcome,
+        cache_status: CacheStatus,
+    },
+}
+
+/// The status a client gets for an origin failure: 504 for timeouts, 503 when shedding
+/// load, 502 otherwise (what Squid and nginx answer).
+pub fn failure_status(f: OriginFailure) -> StatusCode {
+    match f {
+        OriginFailure::ConnectionTimeout | OriginFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        OriginFailure::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+/// The origin failed. `stale` is the stored response being validated or refetched, if any.
+pub fn after_failure(
+    stale: Option<&Arc<Object>>,
+    req: Request<'_>,
+    rules: Rules<'_>,
+    fwd: Fwd,
+    outcome: Outcome,
+    failure: OriginFailure,
+    now: SystemTime,
+) -> OnFailure {
+    let status = CacheStatus::forward(fwd).with_detail(Detail::Origin(failure));
+    let Some(obj) = stale else {
+        return OnFailure::Error {
+            status: failure_status(failure),
+            outcome: if outcome == Outcome::RefreshModified {
+                Outcome::RefreshFailErr
+            } else {
+                outcome
+            },
+            cache_status: status,
+        };
+    };
+    if stale_if_error_allows(rules.policy, &stored_view(obj), req.headers, now) {
+        return OnFailure::ServeStale {
+            obj: Arc::clone(obj),
+            status: stale_if_error(fwd),
+        };
+    }
+    // A stored response needed validating and the origin could not be reached: RFC 9111
+    // §5.2.2.2 and §4.2.4 ask for a generated error, 504 by preference, not the stale one.
+    OnFailure::Error {
+        status: StatusCode::GATEWAY_TIMEOUT,
+        outcome: Outcome::RefreshFailErr,
+        cache_status: status,
+    }
+}
+
+/// RFC 9111 §4.4: the keys to invalidate after a response to an unsafe request for `key`.
+pub fn invalidations(
+    method: &Method,
+    key: &str,
+    status: StatusCode,
+    resp: &HeaderMap,
+) -> Vec<String> {
+    let Ok(uri) = key.parse::<http::Uri>() else {
+        return Vec::new();
+    };
+    trove_http::invalidate::invalidation_targets(method, status, &uri, resp)
+        .iter()
+        .map(trove_http::key::cache_key)
+        .collect()
+}
+
+/// RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Returns
+/// each such object with its new head.
+pub fn head_updates(
+    stored: &[Arc<Object>],
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+) -> Vec<(Arc<Object>, ObjectHead)> {
+    if resp.status != StatusCode::OK {
+        return Vec::new();
+    }
+    stored
+        .iter()
+        .filter(|o| o.head.status == StatusCode::OK)
+        .filter(|o| {
+            // The HEAD's Content-Length was taken out of its cleaned fields; compare the
+            // declared one against what is stored.
+            trove_http::validation::selects(&o.head.headers, resp.headers)
+                && resp
+                    .content_length
+                    .is_none_or(|n| o.body.expected_len().is_none_or(|m| m == n))
+                && (resp.headers.contains_key(header::ETAG)
+                    || resp.headers.contains_key(header::LAST_MODIFIED))
+        })
+        .map(|o| (Arc::clone(o), freshened_head(o, resp, rules)))
+        .collect()
+}

@@ -1,0 +1,225 @@
+//! The `Cache-Status` response field (RFC 9211), built from enums rather than free text, so
+//! the access log, the metrics and the header always say the same thing.
+
+use http::header::HeaderName;
+use http::HeaderValue;
+use trove_http::{NotStorable, StaleReason};
+
+/// The field's name.
+pub const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// This cache's name in `Cache-Status`.
+pub const CACHE_NAME: &str = "trove";
+
+/// Why the request went forward (RFC 9211 §2.2 `fwd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fwd {
+    /// Configured to skip the cache (a cookie policy, say).
+    Bypass,
+    /// The method is not one the cache answers.
+    Method,
+    /// Nothing stored for the URI.
+    UriMiss,
+    /// Stored responses exist but none for this request's `Vary` fields.
+    VaryMiss,
+    /// A stored response exists but can't be used (a HEAD-only entry, a failed body, a
+    /// URL remembered as uncacheable).
+    Miss,
+    /// The client asked for a fresh response (`no-cache`, `max-age=0`).
+    Request,
+    /// The stored response was stale (or `no-cache`) and had to be validated or refetched.
+    Stale,
+    /// Only part of the response was stored.
+    Partial,
+}
+
+impl Fwd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fwd::Bypass => "bypass",
+            Fwd::Method => "method",
+            Fwd::UriMiss => "uri-miss",
+            Fwd::VaryMiss => "vary-miss",
+            Fwd::Miss => "miss",
+            Fwd::Request => "request",
+            Fwd::Stale => "stale",
+            Fwd::Partial => "partial",
+        }
+    }
+}
+
+/// What went wrong talking to the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OriginFailure {
+    ConnectionRefused,
+    ConnectionTimeout,
+    /// Too many requests already wait on origins: shed at once.
+    Overloaded,
+    /// No response head, or a body gone silent, within the timeout.
+    Timeout,
+    /// The connection closed before a whole response.
+    ConnectionClosed,
+    /// The origin spoke broken HTTP.
+    ProtocolError,
+}
+
+impl OriginFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OriginFailure::ConnectionRefused => "connection-refused",
+            OriginFailure::ConnectionTimeout => "connection-timeout",
+            OriginFailure::Overloaded => "overloaded",
+            OriginFailure::Timeout => "timeout",
+            OriginFailure::ConnectionClosed => "connection-closed",
+            OriginFailure::ProtocolError => "http-protocol-error",
+        }
+    }
+}
+
+/// The `detail` member: one reason, named once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Detail {
+    /// A stale response served, and why that was allowed.
+    Stale(StaleReason),
+    /// A stale response served because the origin failed (RFC 5861 §4).
+    StaleIfError,
+    /// The origin's response could not be stored, and why.
+    NotStorable(NotStorable),
+    /// Larger than the store's object size limit.
+    TooLarge,
+    /// The store's admission policy turned it away.
+    NotAdmitted,
+    /// The cookie policy kept it out of the store (`no-store-set-cookie`).
+    SetCookie,
+    /// The cookie policy sent a request carrying `Cookie` past the cache.
+    RequestCookie,
+    /// The origin could not be reached or failed.
+    Origin(OriginFailure),
+    /// `only-if-cached` and nothing usable stored.
+    OnlyIfCached,
+}
+
+impl Detail {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Detail::Stale(r) => r.as_str(),
+            Detail::StaleIfError => "stale-if-error",
+            Detail::NotStorable(n) => n.as_str(),
+            Detail::TooLarge => "too-large",
+            Detail::NotAdmitted => "not-admitted",
+            Detail::SetCookie => "set-cookie",
+            Detail::RequestCookie => "request-cookie",
+            Detail::Origin(f) => f.as_str(),
+            Detail::OnlyIfCached => "only-if-cached",
+        }
+    }
+}
+
+/// One `Cache-Status` member for this cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStatus {
+    /// Served from the cache without going forward.
+    pub hit: bool,
+    pub fwd: Option<Fwd>,
+    /// The status the origin answered the forward request with.
+    pub fwd_status: Option<u16>,
+    /// The response was stored.
+    pub stored: bool,
+    /// Served from another request's fetch (collapsed forwarding).
+    pub collapsed: bool,
+    pub detail: Option<Detail>,
+}
+
+impl CacheStatus {
+    /// A plain fresh hit.
+    pub const HIT: CacheStatus = CacheStatus {
+        hit: true,
+        fwd: None,
+        fwd_status: None,
+        stored: false,
+        collapsed: false,
+        detail: None,
+    };
+
+    /// Went forward for `fwd`.
+    pub fn forward(fwd: Fwd) -> CacheStatus {
+        CacheStatus {
+            fwd: Some(fwd),
+            ..CacheStatus::default()
+        }
+    }
+
+    pub fn with_detail(mut self, d: Detail) -> CacheStatus {
+        self.detail = Some(d);
+        self
+    }
+
+    pub fn with_fwd_status(mut self, status: u16) -> CacheStatus {
+        self.fwd_status = Some(status);
+        self
+    }
+
+    /// The member as text: `trove; hit`, `trove; fwd=uri-miss; fwd-status=200; stored` …
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::from(CACHE_NAME);
+        if self.hit {
+            s.push_str("; hit");
+        }
+        if let Some(f) = self.fwd {
+            let _ = write!(s, "; fwd={}", f.as_str());
+        }
+        if let Some(n) = self.fwd_status {
+            let _ = write!(s, "; fwd-status={n}");
+        }
+        if self.stored {
+            s.push_str("; stored");
+        }
+        if self.collapsed {
+            s.push_str("; collapsed");
+        }
+        if let Some(d) = self.detail {
+            let _ = write!(s, "; detail={}", d.as_str());
+        }
+        s
+    }
+
+    /// The field value, with the members of caches further upstream kept after ours
+    /// (RFC 9211 §2: each cache prepends its member).
+    pub fn header_value(&self, upstream: Option<&HeaderValue>) -> HeaderValue {
+        let upstream = upstream
+            .and_then(|u| u.to_str().ok())
+            .filter(|u| !u.trim().is_empty());
+        if *self == CacheStatus::HIT && upstream.is_none() {
+            return HeaderValue::from_static("trove; hit");
+        }
+        let mut s = self.render();
+        if let Some(u) = upstream {
+            s.push_str(", ");
+            s.push_str(u);
+        }
+        HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(CACHE_NAME))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_rfc_9211_members() {
+        assert_eq!(CacheStatus::HIT.header_value(None), "trove; hit");
+        let miss = CacheStatus {
+            stored: true,
+            ..CacheStatus::forward(Fwd::UriMiss).with_fwd_status(200)
+        };
+        assert_eq!(miss.render(), "trove; fwd=uri-miss; fwd-status=200; stored");
+        let up = HeaderValue::from_static("OriginCache; hit");
+        assert_eq!(
+            CacheStatus::forward(Fwd::Method)
+                .with_detail(Detail::NotStorable(NotStorable::NoStore))
+                .header_value(Some(&up)),
+            "trove; fwd=method; detail=no-store, OriginCache; hit"
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! What the listener knows about a client connection.
+
+use std::net::SocketAddr;
+
+use crate::settings::Mode;
+
+/// What the listener knows about a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub mode: Mode,
+    /// False when the client is outside the ACL: every request is answered 403.
+    pub allowed: bool,
+}

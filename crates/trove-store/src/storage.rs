@@ -1,0 +1,122 @@
+//! The storage interface: what the cache core asks of a tier, and nothing more.
+//!
+//! Every method exists for one reason a cache has (Pingora's `Storage` and Varnish's
+//! stevedore are the models; this one is smaller):
+//!
+//! | method | why |
+//! |---|---|
+//! | [`Storage::lookup`] | every request: the variants stored for a key, **metadata first**. The body is an [`Object::body`] to open and stream ([`crate::Body::reader`]); nothing is loaded to decide. |
+//! | [`Storage::insert`] | a miss: the object enters while its body still streams in, visible to waiters at once (read-while-write). Admission and the size limit may refuse it. |
+//! | [`Storage::update_meta`] | a 304 or a HEAD freshens the stored head *in place*: same identity, same body, so a body still arriving is never shared by two objects. |
+//! | [`Storage::touch`] | a hit feeds the eviction policy. |
+//! | [`Storage::remove`] / [`Storage::remove_object`] | invalidation, purge, a failed body; the [`Removal`] reason is counted. |
+//! | [`Storage::holds`] / [`Storage::recharge`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
+//!
+//! Eviction hands each victim to an [`EvictionHook`] (a lower tier may take it) and
+//! [`Admission`] may refuse an object before it costs anything.
+
+use std::sync::Arc;
+
+use crate::object::{Object, ObjectHead};
+
+/// Why an object left a store. Counted per reason in [`crate::StoreStats::removed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Removal {
+    /// The eviction policy chose it to make room.
+    Evicted,
+    /// A newer response for the same key and variant took its place.
+    Replaced,
+    /// HTTP invalidation: an unsafe method's response named it (RFC 9111 §4.4).
+    Invalidated,
+    /// An explicit purge (`PURGE`, the admin API).
+    Purged,
+    /// Its body failed or came up short; never served.
+    Failed,
+    /// It outgrew the object size limit while arriving.
+    TooLarge,
+}
+
+impl Removal {
+    /// Every reason, in the order of [`crate::StoreStats::removed`].
+    pub const ALL: [Removal; 6] = [
+        Removal::Evicted,
+        Removal::Replaced,
+        Removal::Invalidated,
+        Removal::Purged,
+        Removal::Failed,
+        Removal::TooLarge,
+    ];
+
+    /// The name metrics print.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Removal::Evicted => "evicted",
+            Removal::Replaced => "replaced",
+            Removal::Invalidated => "invalidated",
+            Removal::Purged => "purged",
+            Removal::Failed => "failed",
+            Removal::TooLarge => "too-large",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why a store did not take an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Larger than the store's object size limit.
+    #[error("larger than the object size limit")]
+    TooLarge,
+    /// The admission policy turned it away.
+    #[error("not admitted")]
+    NotAdmitted,
+}
+
+/// Receives objects the eviction policy pushed out (a lower tier demotes them instead of
+/// losing them). Called outside the store's locks.
+pub trait EvictionHook: Send + Sync {
+    fn evicted(&self, obj: Arc<Object>);
+}
+
+/// Decides whether an object may enter a store at all (before anything is evicted for it).
+pub trait Admission: Send + Sync {
+    fn admit(&self, obj: &Object) -> bool;
+}
+
+/// Admits everything that fits.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    fn admit(&self, _obj: &Object) -> bool {
+        true
+    }
+}
+
+/// A storage tier (see the module docs for why each method exists).
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Every stored variant of `key`, metadata first; empty on a miss. Not a use.
+    fn lookup(&self, key: &str) -> Vec<Arc<Object>>;
+    /// Stores `obj` (its body may still be arriving), replacing the same key and variant.
+    fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused>;
+    /// Replaces the head of the stored object `obj` (same identity and body). Returns the
+    /// object as now stored, or `None` if `obj` is no longer stored.
+    fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>>;
+    /// `obj` was served.
+    fn touch(&self, obj: &Object);
+    /// Removes every variant of `key`; returns how many.
+    fn remove(&self, key: &str, why: Removal) -> usize;
+    /// Removes `obj` if it is still the stored one.
+    fn remove_object(&self, obj: &Object, why: Removal) -> bool;
+    /// True while `obj` (by identity, whatever its head) is stored.
+    fn holds(&self, obj: &Object) -> bool;
+    /// `obj`'s body grew or completed: charge its size again and evict to budget.
+    fn recharge(&self, obj: &Object);
+    /// The largest object this store admits.
+    fn max_object(&self) -> u64;
+    /// Counters.
+    fn stats(&self) -> crate::StoreStats;
+}
