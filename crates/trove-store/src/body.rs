@@ -22,6 +22,9 @@ use tokio::sync::Notify;
 /// with a single vectored write.
 const COALESCE_LIMIT: u64 = 1 << 20;
 
+/// The cursor list is first pruned of dropped readers when it reaches this length.
+const PRUNE_MIN: usize = 16;
+
 /// Why a body did not complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
@@ -46,7 +49,12 @@ struct State {
     end: Option<Result<(), BodyError>>,
     /// `Some(read_ahead)` once the body is no longer being stored.
     bounded: Option<u64>,
+    /// One per reader, dropped ones included until the next prune.
     cursors: Vec<Weak<AtomicU64>>,
+    /// Length of `cursors` at which [`Body::reader`] prunes it next: twice the live readers
+    /// found by the last prune, so pruning costs O(1) amortised per reader and the list
+    /// stays proportional to the live readers even when the body is never bounded.
+    prune_at: usize,
 }
 
 /// See the module docs.
@@ -69,6 +77,7 @@ impl Body {
                 end: None,
                 bounded: None,
                 cursors: Vec::new(),
+                prune_at: PRUNE_MIN,
             }),
             expected,
             readers_wake: Notify::new(),
@@ -228,18 +237,36 @@ impl Body {
     /// A reader starting at byte `from`.
     pub fn reader(self: &Arc<Self>, from: u64) -> BodyReader {
         let cursor = Arc::new(AtomicU64::new(from));
-        self.state.lock().cursors.push(Arc::downgrade(&cursor));
+        {
+            let mut st = self.state.lock();
+            if st.cursors.len() >= st.prune_at {
+                st.prune_cursors();
+            }
+            st.cursors.push(Arc::downgrade(&cursor));
+        }
         BodyReader {
             body: Arc::clone(self),
             pos: from,
             cursor,
         }
     }
+
+    /// Reader cursors currently registered, live or not yet pruned.
+    #[cfg(test)]
+    fn registered_cursors(&self) -> usize {
+        self.state.lock().cursors.len()
+    }
 }
 
 impl State {
-    fn slowest_reader(&mut self) -> Option<u64> {
+    /// Forgets the cursors of dropped readers.
+    fn prune_cursors(&mut self) {
         self.cursors.retain(|c| c.strong_count() > 0);
+        self.prune_at = self.cursors.len().saturating_mul(2).max(PRUNE_MIN);
+    }
+
+    fn slowest_reader(&mut self) -> Option<u64> {
+        self.prune_cursors();
         self.cursors
             .iter()
             .filter_map(|c| c.upgrade())
@@ -427,5 +454,47 @@ mod tests {
             body.append(Bytes::from(vec![0; 4])).await,
             Err(BodyError::NoReaders)
         );
+    }
+
+    /// A complete body too big to be coalesced, so every hit reads it through a reader:
+    /// readers that come and go must not pile up in the cursor list (each was a leak
+    /// outside the cache's byte budget).
+    #[tokio::test]
+    async fn dropped_readers_do_not_accumulate_on_a_stored_body() {
+        let chunk = Bytes::from(vec![7u8; 600 * 1024]);
+        let body = Body::new(Some(3 * chunk.len() as u64));
+        for _ in 0..3 {
+            body.append(chunk.clone()).await.unwrap();
+        }
+        body.finish(Ok(()));
+        assert!(body.len() > COALESCE_LIMIT);
+        assert!(body.complete_bytes().is_none(), "not served as one buffer");
+
+        for _ in 0..100_000 {
+            let mut r = body.reader(0);
+            assert_eq!(r.next().await.unwrap().unwrap().len(), chunk.len());
+        }
+        let n = body.registered_cursors();
+        assert!(n <= 64, "{n} cursors registered with no reader alive");
+
+        // With readers alive the list stays proportional to them.
+        let live: Vec<BodyReader> = (0..1_000).map(|_| body.reader(0)).collect();
+        for _ in 0..100_000 {
+            drop(body.reader(0));
+        }
+        let n = body.registered_cursors();
+        assert!(
+            n <= 2 * live.len() + 64,
+            "{n} cursors for {} live readers",
+            live.len()
+        );
+        // And every live reader still reads the whole body.
+        for mut r in live {
+            let mut got = 0;
+            while let Some(b) = r.next().await {
+                got += b.unwrap().len();
+            }
+            assert_eq!(got as u64, body.len());
+        }
     }
 }
