@@ -1,6 +1,7 @@
 //! The proxy's settings, as read from the `[listener]`, `[access]`, `[cache]`, `[limits]`,
 //! `[timeouts]`, `[origin_pool]`, `[connect]`, `[[origin]]` and `[log]` sections of trove's
 //! TOML config. Every section rejects unknown keys, and every value has a safe default.
+//! Every timeout must be greater than 0 ([`Settings::validate`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -328,6 +329,22 @@ impl Settings {
         if self.origin_pool.max_per_origin == 0 {
             return Err("origin_pool.max_per_origin: at least 1".into());
         }
+        // At zero a timeout fires at once (every connection, request or tunnel fails), and
+        // the pool's reaper interval would be zero.
+        let t = &self.timeouts;
+        for (key, d) in [
+            ("timeouts.client_idle", t.client_idle),
+            ("timeouts.client_head", t.client_head),
+            ("timeouts.connect", t.connect),
+            ("timeouts.origin_response", t.origin_response),
+            ("timeouts.origin_body", t.origin_body),
+            ("timeouts.client_write", t.client_write),
+            ("origin_pool.idle_timeout", self.origin_pool.idle_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{key}: must be greater than 0"));
+            }
+        }
         Ok(())
     }
 }
@@ -420,5 +437,45 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("-1s").is_err());
+    }
+
+    /// A zero duration would make a timeout fire at once, or panic `tokio::time::interval`
+    /// (the origin pool's reaper): refused, naming the key.
+    #[test]
+    fn zero_durations_are_refused_by_name() {
+        type Set = fn(&mut Settings);
+        let cases: [(&str, Set); 7] = [
+            ("origin_pool.idle_timeout", |s| {
+                s.origin_pool.idle_timeout = Duration::ZERO
+            }),
+            ("timeouts.client_idle", |s| {
+                s.timeouts.client_idle = Duration::ZERO
+            }),
+            ("timeouts.client_head", |s| {
+                s.timeouts.client_head = Duration::ZERO
+            }),
+            ("timeouts.connect", |s| s.timeouts.connect = Duration::ZERO),
+            ("timeouts.origin_response", |s| {
+                s.timeouts.origin_response = Duration::ZERO
+            }),
+            ("timeouts.origin_body", |s| {
+                s.timeouts.origin_body = Duration::ZERO
+            }),
+            ("timeouts.client_write", |s| {
+                s.timeouts.client_write = Duration::ZERO
+            }),
+        ];
+        for (key, set) in cases {
+            let mut s = Settings::default();
+            set(&mut s);
+            let e = s.validate().expect_err(key);
+            assert!(e.contains(key), "{key}: {e}");
+            assert!(e.contains("greater than 0"), "{key}: {e}");
+        }
+        // Zero heuristic freshness is a meaningful setting (no heuristic caching).
+        let mut s = Settings::default();
+        s.cache.heuristic_max = Duration::ZERO;
+        s.validate().unwrap();
+        Settings::default().validate().unwrap();
     }
 }

@@ -155,6 +155,23 @@ mod tests {
     }
 
     #[test]
+    fn zero_durations_are_refused_by_name() {
+        let e = Config::parse("[origin_pool]\nidle_timeout = \"0s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("origin_pool.idle_timeout"), "{e}");
+        let e = Config::parse("[origin_pool]\nidle_timeout = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("origin_pool.idle_timeout"), "{e}");
+        let e = Config::parse("[timeouts]\nclient_idle = \"0ms\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("timeouts.client_idle"), "{e}");
+        Config::parse("[cache]\nheuristic_max = \"0s\"\n").unwrap();
+    }
+
+    #[test]
     fn the_example_config_is_valid() {
         Config::parse(EXAMPLE).unwrap();
     }

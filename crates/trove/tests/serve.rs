@@ -193,3 +193,80 @@ fn check_accepts_the_shipped_example_config() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `trove serve --check` with `key = "0s"` in `[section]`: the error must name the key.
+fn check_refuses_zero(section: &str, key: &str) {
+    let dir = temp_dir();
+    let path = dir.join(format!("zero-{key}.toml"));
+    std::fs::write(&path, format!("[{section}]\n{key} = \"0s\"\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+        .args(["serve", "--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{section}.{key} = 0s accepted: {err}"
+    );
+    assert!(err.contains(&format!("{section}.{key}")), "{err}");
+    assert!(err.contains("greater than 0"), "{err}");
+}
+
+#[test]
+fn zero_durations_are_refused_with_their_names() {
+    check_refuses_zero("origin_pool", "idle_timeout");
+    for key in [
+        "client_idle",
+        "client_head",
+        "connect",
+        "origin_response",
+        "origin_body",
+        "client_write",
+    ] {
+        check_refuses_zero("timeouts", key);
+    }
+}
+
+/// `idle_timeout = "0s"` used to start serving with a panicked pool reaper
+/// (`tokio::time::interval(0)`); it must be refused before anything listens.
+#[test]
+fn zero_origin_pool_idle_timeout_is_refused_at_start_up_without_a_panic() {
+    let dir = temp_dir();
+    let path = dir.join("zero-idle.toml");
+    std::fs::write(
+        &path,
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"\"\n[origin_pool]\nidle_timeout = \"0s\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trove"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read stderr to its end, or until trove says it is listening (it must not).
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    let mut listening = false;
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        err.push_str(&line);
+        if line.starts_with("listening ") {
+            listening = true;
+            break;
+        }
+    }
+    if listening {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    assert!(!listening, "trove started serving: {err}");
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("origin_pool.idle_timeout"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

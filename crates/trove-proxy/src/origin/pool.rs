@@ -31,6 +31,22 @@ pub struct PooledConn {
     key: Upstream,
 }
 
+/// How often idle connections are reaped, at most: the idle timeout, if shorter.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+/// ... and at least (a tiny idle timeout must not make the reaper spin).
+const REAP_EVERY_MIN: Duration = Duration::from_millis(10);
+
+/// The reaper's period. Never zero (`tokio::time::interval` panics on zero), even for a
+/// zero idle timeout, which the config refuses but a hand-built `Settings` may hold.
+fn reap_period(idle_timeout: Duration) -> Duration {
+    if idle_timeout.is_zero() {
+        // Nothing is kept idle (see `checkin`); only forgotten limits are left to reap.
+        REAP_EVERY
+    } else {
+        idle_timeout.clamp(REAP_EVERY_MIN, REAP_EVERY)
+    }
+}
+
 /// One origin's connection limit, and the signal that one of its connections came back idle.
 type Limit = (Arc<Semaphore>, Arc<Notify>);
 
@@ -46,6 +62,8 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Must be called inside a tokio runtime (it starts the reaper). A zero `idle_timeout`
+    /// keeps no connection idle.
     pub fn new(
         max_per_origin: usize,
         idle_timeout: Duration,
@@ -62,8 +80,8 @@ impl Pool {
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
+        let mut tick = tokio::time::interval(reap_period(idle_timeout));
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1).min(idle_timeout));
             loop {
                 tick.tick().await;
                 let Some(pool) = weak.upgrade() else { break };
@@ -184,7 +202,9 @@ impl Pool {
 
     /// Returns a connection whose exchange is complete, for reuse.
     pub fn checkin(&self, conn: PooledConn) {
-        if conn.sender.is_closed() {
+        // With a zero idle timeout it would be stale at once: close it (dropping it frees
+        // its slot for whoever waits on the limit).
+        if self.idle_timeout.is_zero() || conn.sender.is_closed() {
             return;
         }
         let (_, returned) = self.limit(&conn.key);
@@ -199,5 +219,71 @@ impl Pool {
     /// Idle connections held, for tests and the status page.
     pub fn idle_count(&self) -> usize {
         self.idle.lock().values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool for one local origin that accepts connections and never answers.
+    async fn pool_and_origin(
+        idle_timeout: Duration,
+    ) -> (Arc<Pool>, Upstream, tokio::net::TcpListener) {
+        let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let key = Upstream {
+            host: "127.0.0.1".into(),
+            port: origin.local_addr().unwrap().port(),
+        };
+        let pool = Pool::new(
+            4,
+            idle_timeout,
+            Duration::from_secs(5),
+            Arc::new(Metrics::default()),
+        );
+        (pool, key, origin)
+    }
+
+    /// A zero idle timeout (Settings built by hand, not through the config check) must
+    /// not panic the reaper, and means no connection is kept idle at all.
+    #[tokio::test]
+    async fn zero_idle_timeout_keeps_nothing_idle_and_does_not_panic() {
+        let (pool, key, _origin) = pool_and_origin(Duration::ZERO).await;
+        let conn = pool.checkout(&key).await.unwrap();
+        assert!(!conn.reused);
+        pool.checkin(conn);
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "nothing is pooled with a zero idle timeout"
+        );
+        let again = pool.checkout(&key).await.unwrap();
+        assert!(!again.reused);
+        // Let the reaper task start (its interval used to panic on a zero period).
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        pool.checkin(again);
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[test]
+    fn reap_period_is_never_zero() {
+        assert_eq!(reap_period(Duration::ZERO), REAP_EVERY);
+        assert_eq!(reap_period(Duration::from_nanos(1)), REAP_EVERY_MIN);
+        assert_eq!(
+            reap_period(Duration::from_millis(200)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(reap_period(Duration::from_secs(3600)), REAP_EVERY);
+    }
+
+    #[tokio::test]
+    async fn nonzero_idle_timeout_still_pools() {
+        let (pool, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
+        let conn = pool.checkout(&key).await.unwrap();
+        pool.checkin(conn);
+        assert_eq!(pool.idle_count(), 1);
+        assert!(pool.checkout(&key).await.unwrap().reused);
     }
 }
