@@ -291,3 +291,53 @@ async fn error_response_survives_unread_client_bytes() {
         String::from_utf8_lossy(&got)
     );
 }
+
+/// Issue: a 304 for an object whose body was still arriving stored a second object sharing
+/// that body; the fill then saw the first one gone, switched the shared body to bounded mode
+/// and released its bytes, so later hits on the freshened object failed mid-body. Two
+/// chunks never reached the fill's store check (every MiB): this body is 6 MiB.
+#[tokio::test]
+async fn revalidation_during_a_multi_megabyte_fill_keeps_the_whole_body() {
+    const FIRST: usize = 1 << 20;
+    const PIECE: usize = 256 << 10;
+    const PIECES: usize = 20;
+    const TOTAL: usize = FIRST + PIECE * PIECES;
+    let byte_at = |i: usize| (i % 251) as u8;
+    let body: Vec<u8> = (0..TOTAL).map(byte_at).collect();
+    let served = body.clone();
+    let origin = Origin::start(move |req, _| {
+        if req.header("if-none-match").is_some() {
+            return respond(304, &[("etag", "\"v\"")], b"");
+        }
+        let mut head = format!(
+            "HTTP/1.1 200 OK\r\netag: \"v\"\r\ncache-control: no-cache\r\ncontent-length: {TOTAL}\r\n\r\n"
+        )
+        .into_bytes();
+        head.extend_from_slice(&served[..FIRST]);
+        Action::Slow {
+            head,
+            pieces: served[FIRST..].chunks(PIECE).map(<[u8]>::to_vec).collect(),
+            pause: Duration::from_millis(15),
+        }
+    })
+    .await;
+    let trove = std::sync::Arc::new(Trove::reverse(&origin, |_| {}).await);
+    let t = trove.clone();
+    let first = tokio::spawn(async move { kit::get(&t, "/big", &[]).await });
+    // Once the object is in the store (its body still arriving), revalidate it.
+    assert!(kit::eventually(|| trove.metric("trove_store_objects") >= 1.0).await);
+    let during = kit::get(&trove, "/big", &[]).await;
+    assert_eq!(origin.hits(), 2, "the second request was a revalidation");
+    let first = first.await.unwrap();
+    assert_eq!(first.body.len(), TOTAL);
+    assert!(
+        during.status == 200 && during.body == body,
+        "{} {}",
+        during.status,
+        during.body.len()
+    );
+    // The fill kept storing it: a later client gets every byte.
+    let later = kit::get(&trove, "/big", &[]).await;
+    assert_eq!((later.status, later.body.len()), (200, TOTAL));
+    assert!(later.body == body, "the stored body is intact");
+}
