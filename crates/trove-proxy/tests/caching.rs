@@ -852,3 +852,37 @@ async fn partial_responses_with_different_validators_are_not_combined_9111_3_4()
     kit::get(&trove, URL, &[]).await;
     assert_eq!(origin.hits(), 3);
 }
+
+/// RFC 9111 §4.3.5: a HEAD response that selects a stored GET response (same validator)
+/// updates its stored header fields, so the fresher freshness it carries serves later GETs.
+#[tokio::test]
+async fn head_response_freshens_the_stored_get_9111_4_3_5() {
+    let origin = Origin::start(|req, _| {
+        if req.method == "HEAD" {
+            // An origin that ignores the conditional and answers in full; a HEAD's
+            // Content-Length is the GET's.
+            Action::Raw(
+                b"HTTP/1.1 200 OK\r\netag: \"v1\"\r\ncache-control: max-age=600\r\nx-seen: head\r\ncontent-length: 4\r\n\r\n"
+                    .to_vec(),
+            )
+        } else {
+            respond(200, &[("etag", "\"v1\""), ("cache-control", "max-age=0")], b"body")
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    assert_eq!(kit::get(&trove, "/h", &[]).await.text(), "body");
+    let mut c = trove.client().await;
+    let head = c.request("HEAD", "/h", &[]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(origin.hits(), 2);
+    let later = kit::get(&trove, "/h", &[]).await;
+    assert_eq!(later.text(), "body");
+    assert_eq!(
+        later.header("x-seen"),
+        Some("head"),
+        "fields updated from the HEAD"
+    );
+    assert_eq!(origin.hits(), 2, "the GET was a hit: the HEAD freshened it");
+    assert_eq!(trove.result(2).await, "TCP_MEM_HIT/200");
+}

@@ -271,8 +271,14 @@ fn from_origin(
     let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
     let head = response_head(&resp, &headers);
     if cx.req.method == Method::HEAD {
-        // RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects.
-        for (obj, h) in respond::head_updates(&shared.store.lookup(cx.key()), &head, cx.rules()) {
+        // RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Its
+        // body is empty; the length it declares is the GET's.
+        let declared = ResponseHead {
+            content_length: fetch::content_length_header(&resp.headers),
+            ..head
+        };
+        for (obj, h) in respond::head_updates(&shared.store.lookup(cx.key()), &declared, cx.rules())
+        {
             shared.store.update_meta(&obj, h);
         }
     }
