@@ -151,24 +151,26 @@ fn client_forced(reason: ValidateReason) -> bool {
 /// The Lookup step's verdict: what to do with what the store holds.
 pub fn after_lookup(req: Request<'_>, found: Lookup, rules: Rules<'_>, memo: Memo) -> Action {
     let only_if_cached = || CacheControl::from_request(req.headers).only_if_cached;
-    let stored_type = match &found {
-        Lookup::Found(obj, _) => Some(
-            obj.head
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        ),
-        _ => None,
-    };
-    if rules.cookies.bypasses(req.headers, stored_type) {
-        return Action::Fetch(Fetch {
-            fwd: Fwd::Bypass,
-            collapse: Collapse::No,
-            conditionals: Conditionals::Keep,
-            stale: None,
-            outcome: Outcome::Miss,
-        });
+    if rules.cookies.request_cookie == crate::RequestCookiePolicy::Bypass {
+        let stored_type = match &found {
+            Lookup::Found(obj, _) => Some(
+                obj.head
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(""),
+            ),
+            _ => None,
+        };
+        if rules.cookies.bypasses(req.headers, stored_type) {
+            return Action::Fetch(Fetch {
+                fwd: Fwd::Bypass,
+                collapse: Collapse::No,
+                conditionals: Conditionals::Keep,
+                stale: None,
+                outcome: Outcome::Miss,
+            });
+        }
     }
     match found {
         Lookup::Found(obj, Reuse::Fresh { .. }) => Action::Serve {

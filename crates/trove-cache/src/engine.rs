@@ -237,7 +237,7 @@ impl Engine {
         let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
         let head = response_head(&ans, &headers, r.now);
         match respond::after_validation(&obj, r.core(), &head, self.rules(), fwd, r.now) {
-            OnValidation::Freshen { head, status } => {
+            OnValidation::Freshen { head, status, .. } => {
                 steps.push(Step::Freshen);
                 let fresh = self.freshen(&obj, *head);
                 self.deliver(r, &fresh, Outcome::RefreshUnmodified, status, steps)

@@ -187,10 +187,13 @@ pub fn refused(status: CacheStatus, why: Refused) -> CacheStatus {
 /// What to do with the origin's answer to a validation.
 #[derive(Debug)]
 pub enum OnValidation {
-    /// 304 for the stored response: store `head` in its place (same body) and serve it.
+    /// 304 for the stored response: store `head` in its place (same body) and serve it;
+    /// the revalidating client alone also gets `leader_fields` (the 304's `Set-Cookie`,
+    /// which the cookie policy keeps out of the stored head).
     Freshen {
         head: Box<ObjectHead>,
         status: CacheStatus,
+        leader_fields: HeaderMap,
     },
     /// A 304 that does not match what is stored (§4.3.4): fetch the whole response.
     Refetch,
@@ -238,9 +241,16 @@ pub fn after_validation(
         if !answers(obj, resp.headers) {
             return OnValidation::Refetch;
         }
+        let mut leader_fields = HeaderMap::new();
+        if rules.cookies.set_cookie != crate::cookie::SetCookiePolicy::Rfc {
+            for v in resp.headers.get_all(header::SET_COOKIE) {
+                leader_fields.append(header::SET_COOKIE, v.clone());
+            }
+        }
         return OnValidation::Freshen {
             head: Box::new(freshened_head(obj, resp, rules)),
             status: CacheStatus::forward(fwd).with_fwd_status(304),
+            leader_fields,
         };
     }
     if resp.status.is_server_error()

@@ -401,18 +401,26 @@ async fn revalidate(
         respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
     let head = response_head(&resp, &headers);
     match respond::after_validation(&obj, cx.core(), &head, cx.rules(), fwd, now) {
-        OnValidation::Freshen { head, status } => {
+        OnValidation::Freshen {
+            head,
+            status,
+            leader_fields,
+        } => {
             let peer = Some(resp.upstream.authority());
             tokio::spawn(fetch::discard(resp));
             let fresh = freshen(cx.shared, &obj, *head);
-            deliver::stored(
+            let mut reply = deliver::stored(
                 &fresh,
                 cx.core(),
                 now,
                 Outcome::RefreshUnmodified,
                 status,
                 peer,
-            )
+            );
+            for (name, value) in &leader_fields {
+                reply.headers.append(name, value.clone());
+            }
+            reply
         }
         OnValidation::Refetch => {
             // The 304 does not match what we hold (§4.3.4): fetch the whole response.
