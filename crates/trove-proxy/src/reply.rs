@@ -57,7 +57,7 @@ impl PassBody {
             .origin_bytes_wasted
             .fetch_add(unsent, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {
-            crate::cache::abandon(&mut resp, abort, Storing::No, delivered + unsent, &metrics)
+            crate::origin::abandon(&mut resp, abort, Storing::No, delivered + unsent, &metrics)
                 .await;
         });
     }

@@ -8,14 +8,14 @@ use std::time::SystemTime;
 
 use http::header;
 use http::{HeaderMap, Request, Version};
-use trove_cache::{AbortPolicy, AfterAbort, Conditionals, Storing};
+use trove_cache::{AbortPolicy, Conditionals, Storing};
 use trove_store::{Body, BodyError, Object, Removal, Storage};
 
 use crate::cache::headers;
 use crate::cache::target::Target;
 use crate::client::head::RequestHead;
 use crate::metrics::Metrics;
-use crate::origin::{self, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
+use crate::origin::{self, abandon, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
 use crate::state::Shared;
 
@@ -173,27 +173,6 @@ impl Fill<'_> {
                 }
             }
         }
-    }
-}
-
-/// Every client of an origin body has gone after `received` bytes: finish reading it (and
-/// throw it away, keeping the connection for reuse) or stop now, as the abort policy says.
-/// Bytes read that no client received are counted as wasted.
-pub async fn abandon(
-    resp: &mut OriginResponse,
-    policy: AbortPolicy,
-    storing: Storing,
-    received: u64,
-    metrics: &Metrics,
-) {
-    let expected = resp.content_length();
-    if policy.decide(storing, received, expected) == AfterAbort::Stop {
-        return;
-    }
-    while let Ok(Some(b)) = resp.next_chunk().await {
-        metrics
-            .origin_bytes_wasted
-            .fetch_add(b.len() as u64, Ordering::Relaxed);
     }
 }
 

@@ -20,8 +20,6 @@ mod headers;
 mod range;
 pub mod target;
 
-pub use fetch::abandon;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 

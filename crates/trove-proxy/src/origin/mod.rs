@@ -7,11 +7,13 @@
 //! it is trove's own, because the proxy needs per-origin limits and reuse counters that
 //! hyper-util's pool does not give.
 
+mod abandon;
 mod error;
 mod fetch;
 mod pool;
 mod request_body;
 
+pub use abandon::abandon;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
 pub use pool::Pool;
 pub use request_body::{body_channel, OriginRequestBody};
