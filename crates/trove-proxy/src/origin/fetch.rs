@@ -24,6 +24,9 @@ pub struct OriginResponse {
     pub request_time: SystemTime,
     pub response_time: SystemTime,
     body: Incoming,
+    /// The body length as declared when the head arrived (hyper's size hint shrinks as the
+    /// body is read, so it is taken once, here).
+    declared_length: Option<u64>,
     conn: Option<PooledConn>,
     pool: Arc<Pool>,
     metrics: Arc<Metrics>,
@@ -40,9 +43,10 @@ impl std::fmt::Debug for OriginResponse {
 }
 
 impl OriginResponse {
-    /// The body length the origin declared, if any.
+    /// The whole body's length as the origin declared it, if it did; the same however much
+    /// of the body has been read.
     pub fn content_length(&self) -> Option<u64> {
-        http_body::Body::size_hint(&self.body).exact()
+        self.declared_length
     }
 
     /// The next body bytes; `Ok(None)` at the end, after which the connection goes back to
@@ -147,6 +151,7 @@ pub async fn send(
                 }
                 Ok(Ok(resp)) => {
                     let (parts, incoming) = resp.into_parts();
+                    let declared_length = http_body::Body::size_hint(&incoming).exact();
                     return Ok(OriginResponse {
                         status: parts.status,
                         version: parts.version,
@@ -155,6 +160,7 @@ pub async fn send(
                         request_time,
                         response_time: SystemTime::now(),
                         body: incoming,
+                        declared_length,
                         conn: Some(conn),
                         pool: Arc::clone(pool),
                         metrics: Arc::clone(metrics),

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +49,13 @@ pub enum Action {
         pieces: Vec<Vec<u8>>,
         pause: Duration,
     },
+    /// Head, then a body of `len` bytes of [`pattern`] written as fast as the socket takes
+    /// it, counting in `log` how much was written and whether the connection broke first.
+    Stream {
+        head: Vec<u8>,
+        len: u64,
+        log: Arc<Streamed>,
+    },
     /// Never answer.
     Hang,
     /// Close the connection with a TCP reset.
@@ -63,6 +70,63 @@ pub fn respond(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Action {
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect(),
         body: body.to_vec(),
+    }
+}
+
+/// What an [`Action::Stream`] managed to write.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    /// Body bytes accepted by the socket so far.
+    pub written: AtomicU64,
+    /// The whole body was written.
+    pub complete: AtomicBool,
+    /// A write failed before the whole body was written (the peer closed or reset).
+    pub broken: AtomicBool,
+}
+
+impl Streamed {
+    pub fn written(&self) -> u64 {
+        self.written.load(Ordering::SeqCst)
+    }
+
+    pub fn complete(&self) -> bool {
+        self.complete.load(Ordering::SeqCst)
+    }
+
+    pub fn broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+}
+
+/// The body byte at `offset` of an [`Action::Stream`] body (251 divides no power of two,
+/// so a misplaced piece shows).
+pub fn pattern(offset: u64) -> u8 {
+    (offset % 251) as u8
+}
+
+/// Most bytes [`pattern_at`] gives at once.
+pub const PATTERN_PIECE: usize = 64 << 10;
+
+/// The `len` (at most [`PATTERN_PIECE`]) body bytes of an [`Action::Stream`] body from
+/// `offset` on.
+pub fn pattern_at(offset: u64, len: usize) -> &'static [u8] {
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let all = BYTES.get_or_init(|| (0..(PATTERN_PIECE + 251) as u64).map(pattern).collect());
+    let from = (offset % 251) as usize;
+    &all[from..from + len.min(PATTERN_PIECE)]
+}
+
+/// A response streaming `len` bytes of [`pattern`], with Content-Length, recorded in `log`.
+pub fn stream(status: u16, headers: &[(&str, &str)], len: u64, log: &Arc<Streamed>) -> Action {
+    let mut head = format!("HTTP/1.1 {status} X\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("content-length: {len}\r\n\r\n"));
+    Action::Stream {
+        head: head.into_bytes(),
+        len,
+        log: Arc::clone(log),
     }
 }
 
@@ -189,6 +253,27 @@ async fn origin_conn(
                         return;
                     }
                 }
+            }
+            Action::Stream { head, len, log } => {
+                if stream.write_all(&head).await.is_err() {
+                    log.broken.store(true, Ordering::SeqCst);
+                    return;
+                }
+                let mut sent = 0u64;
+                while sent < len {
+                    let n = (len - sent).min(PATTERN_PIECE as u64) as usize;
+                    match stream.write(pattern_at(sent, n)).await {
+                        Ok(0) | Err(_) => {
+                            log.broken.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        Ok(k) => {
+                            sent += k as u64;
+                            log.written.fetch_add(k as u64, Ordering::SeqCst);
+                        }
+                    }
+                }
+                log.complete.store(true, Ordering::SeqCst);
             }
             Action::Hang => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
