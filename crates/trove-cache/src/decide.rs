@@ -163,6 +163,10 @@ pub fn after_lookup(req: Request<'_>, found: Lookup, rules: Rules<'_>, memo: Mem
             _ => None,
         };
         if rules.cookies.bypasses(req.headers, stored_type) {
+            if only_if_cached() {
+                // RFC 9111 §5.2.1.7 comes before any policy that would go forward.
+                return Action::OnlyIfCached;
+            }
             return Action::Fetch(Fetch {
                 fwd: Fwd::Bypass,
                 collapse: Collapse::No,
@@ -276,15 +280,16 @@ pub fn after_collapse(
     })
 }
 
-/// The header fields of a forward request, from the client's: with
-/// [`Conditionals::Strip`] the client's conditional and range fields removed, then `extra`
-/// (a cache validation) added. Connection-level fields are the front end's business.
+/// The header fields of a forward request, from the client's (already stripped of
+/// connection-level fields by the front end, so a client can't name the cache's own
+/// validators in `Connection`): with [`Conditionals::Strip`] the client's conditional and
+/// range fields removed, then `extra` (a cache validation) added.
 pub fn forward_fields(
-    client: &HeaderMap,
+    client: HeaderMap,
     conditionals: Conditionals,
     extra: Option<&HeaderMap>,
 ) -> HeaderMap {
-    let mut h = client.clone();
+    let mut h = client;
     if conditionals == Conditionals::Strip {
         for name in &CLIENT_CONDITIONALS {
             h.remove(name);

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::StatusCode;
 use trove_http::preconditions::{self, Precondition};
+use trove_http::range::{self, RangeOutcome};
 use trove_store::Object;
 
 use crate::outcome::Outcome;
@@ -56,11 +57,26 @@ pub fn outcome(base: Outcome, d: Delivery, stored_status: StatusCode) -> Outcome
     }
 }
 
-/// The status line the client gets.
-pub fn status(d: Delivery, stored_status: StatusCode) -> StatusCode {
+/// The status line the client gets: 304, 412, or for a stored complete 200 the answer to
+/// the client's `Range` (206 or 416, RFC 9110 §14).
+pub fn status(d: Delivery, obj: &Object, req: Request<'_>) -> StatusCode {
     match d {
         Delivery::NotModified => StatusCode::NOT_MODIFIED,
         Delivery::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-        Delivery::Response => stored_status,
+        Delivery::Response => {
+            let complete = matches!(obj.body.outcome(), Some(Ok(())));
+            if obj.head.status != StatusCode::OK
+                || !complete
+                || *req.method != http::Method::GET
+                || !req.headers.contains_key(http::header::RANGE)
+            {
+                return obj.head.status;
+            }
+            match range::range_outcome(req.method, req.headers, &obj.head.headers, obj.body.len()) {
+                RangeOutcome::Full => obj.head.status,
+                RangeOutcome::Unsatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
+                RangeOutcome::Single(_) | RangeOutcome::Multi(_) => StatusCode::PARTIAL_CONTENT,
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The synchronous driver: runs the core's decisions against a [`Storage`] and an
-//! [`Origin`] that answers at once, in virtual time. `trove sim` replays traces through it,
-//! and the equivalence tests check that it and `trove serve` agree request by request.
+//! [`Origin`] that answers at once, in virtual time. The simulator (to come) replays traces
+//! through it, and the equivalence tests check that it and `trove serve` agree request by
+//! request.
 //!
 //! It is the proxy's driver without sockets: a fetch's body is whole when the origin
 //! answers, a background revalidation (stale-while-revalidate) runs right after the
@@ -228,7 +229,11 @@ impl Engine {
         let f = Forward {
             method: r.method,
             key: r.key,
-            headers: decide::forward_fields(r.headers, Conditionals::Strip, Some(&conditional)),
+            headers: decide::forward_fields(
+                r.headers.clone(),
+                Conditionals::Strip,
+                Some(&conditional),
+            ),
         };
         let ans = match origin.fetch(&f) {
             Ok(a) => a,
@@ -282,7 +287,7 @@ impl Engine {
         let fwd = Forward {
             method: r.method,
             key: r.key,
-            headers: decide::forward_fields(r.headers, f.conditionals, None),
+            headers: decide::forward_fields(r.headers.clone(), f.conditionals, None),
         };
         let ans = match origin.fetch(&fwd) {
             Ok(a) => a,
@@ -328,7 +333,17 @@ impl Engine {
         let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
         let head = response_head(ans, &headers, r.now);
         if *r.method == Method::HEAD {
-            for (obj, h) in respond::head_updates(&self.store.lookup(r.key), &head, self.rules()) {
+            // A HEAD's body is empty; the length it declares is the GET's.
+            let declared = ResponseHead {
+                content_length: ans
+                    .headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok()),
+                ..head
+            };
+            let stored = self.store.lookup(r.key);
+            for (obj, h) in respond::head_updates(&stored, r.core(), &declared, self.rules()) {
                 steps.push(Step::Freshen);
                 self.store.update_meta(&obj, h);
             }
@@ -372,7 +387,7 @@ impl Engine {
         steps.push(Step::Deliver);
         served(
             deliver::outcome(outcome, d, obj.head.status),
-            deliver::status(d, obj.head.status),
+            deliver::status(d, obj, r.core()),
             status,
             steps,
         )
@@ -385,7 +400,7 @@ impl Engine {
         let f = Forward {
             method: &get,
             key: r.key,
-            headers: decide::forward_fields(r.headers, Conditionals::Strip, Some(&cond)),
+            headers: decide::forward_fields(r.headers.clone(), Conditionals::Strip, Some(&cond)),
         };
         let Ok(ans) = origin.fetch(&f) else { return };
         let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);

@@ -1,7 +1,8 @@
 //! trove's cache core: every decision a shared cache makes about a request, with no
 //! sockets, no tasks and no clock (`now` is passed in). `trove serve` runs these decisions
-//! over the network; `trove sim` runs the same ones over a trace in virtual time
-//! ([`engine`] is the synchronous driver it and the equivalence tests use).
+//! over the network; [`engine`] runs the same ones synchronously in virtual time, which is
+//! what the simulator (`trove sim`, still to come) will replay traces through and what the
+//! equivalence test holds against `trove serve`.
 //!
 //! # The state machine
 //!

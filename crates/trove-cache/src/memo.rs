@@ -26,8 +26,9 @@ impl Default for PassMemo {
     }
 }
 
+/// Past the TTL, or remembered "in the future" (the wall clock stepped back): forget it.
 fn expired(at: SystemTime, now: SystemTime) -> bool {
-    now.duration_since(at).unwrap_or_default() >= TTL
+    now.duration_since(at).map_or(true, |d| d >= TTL)
 }
 
 impl PassMemo {

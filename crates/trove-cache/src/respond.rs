@@ -72,7 +72,14 @@ pub fn may_store(
         // Only single ranges of a known total length are kept (RFC 9111 §3.3).
         return Err(Detail::NotStorable(NotStorable::Status));
     }
-    if resp.content_length.is_some_and(|n| n > max_object) {
+    let range_len = partial::stored_range(resp.headers)
+        .filter(|_| resp.status == StatusCode::PARTIAL_CONTENT)
+        .map(|r| r.len());
+    if resp
+        .content_length
+        .or(range_len)
+        .is_some_and(|n| n > max_object)
+    {
         return Err(Detail::TooLarge);
     }
     let content_type = resp
@@ -371,29 +378,61 @@ pub fn invalidations(
         .collect()
 }
 
-/// RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Returns
-/// each such object with its new head.
+/// RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Only
+/// responses that could have been chosen for this request (its `Vary` fields match, §4.1)
+/// are candidates; a strong `ETag` selects those with the same strong tag, any other
+/// validator (weak tag, `Last-Modified`) only a single candidate. A HEAD response that could
+/// not itself be stored for a GET (private, no-store, Authorization, a cookie bypass) updates
+/// nothing, and lengths that are both known must agree. Returns each object with its new head.
 pub fn head_updates(
     stored: &[Arc<Object>],
+    req: Request<'_>,
     resp: &ResponseHead<'_>,
     rules: Rules<'_>,
 ) -> Vec<(Arc<Object>, ObjectHead)> {
     if resp.status != StatusCode::OK {
         return Vec::new();
     }
-    stored
+    let as_get = Request::new(&Method::GET, req.headers);
+    let get_head = ResponseHead {
+        content_length: None,
+        ..*resp
+    };
+    if may_store(as_get, &get_head, rules, u64::MAX).is_err() {
+        return Vec::new();
+    }
+    let strong = trove_http::etag::response_etag(resp.headers).filter(|t| !t.weak);
+    let candidates: Vec<&Arc<Object>> = stored
         .iter()
         .filter(|o| o.head.status == StatusCode::OK)
         .filter(|o| {
-            // The HEAD's Content-Length was taken out of its cleaned fields; compare the
-            // declared one against what is stored.
-            trove_http::validation::selects(&o.head.headers, resp.headers)
-                && resp
-                    .content_length
-                    .is_none_or(|n| o.body.expected_len().is_none_or(|m| m == n))
-                && (resp.headers.contains_key(header::ETAG)
-                    || resp.headers.contains_key(header::LAST_MODIFIED))
+            let vary = Vary::from_headers(&o.head.headers);
+            trove_http::vary_matches(&vary, &o.head.request_headers, req.headers)
         })
+        .filter(|o| {
+            let lengths_agree = match (resp.content_length, o.body.expected_len()) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            lengths_agree && trove_http::validation::selects(&o.head.headers, resp.headers)
+        })
+        .collect();
+    let chosen: Vec<&Arc<Object>> = match &strong {
+        Some(tag) => candidates
+            .into_iter()
+            .filter(|o| {
+                trove_http::etag::response_etag(&o.head.headers).is_some_and(|t| t.strong_eq(tag))
+            })
+            .collect(),
+        None if candidates.len() == 1 && has_validator(resp.headers) => candidates,
+        None => Vec::new(),
+    };
+    chosen
+        .into_iter()
         .map(|o| (Arc::clone(o), freshened_head(o, resp, rules)))
         .collect()
+}
+
+fn has_validator(h: &HeaderMap) -> bool {
+    h.contains_key(header::ETAG) || h.contains_key(header::LAST_MODIFIED)
 }

@@ -22,15 +22,13 @@ pub enum Fwd {
     UriMiss,
     /// Stored responses exist but none for this request's `Vary` fields.
     VaryMiss,
-    /// A stored response exists but can't be used (a HEAD-only entry, a failed body, a
-    /// URL remembered as uncacheable).
+    /// A stored response exists but can't answer this request, or the URL is remembered
+    /// as uncacheable.
     Miss,
     /// The client asked for a fresh response (`no-cache`, `max-age=0`).
     Request,
     /// The stored response was stale (or `no-cache`) and had to be validated or refetched.
     Stale,
-    /// Only part of the response was stored.
-    Partial,
 }
 
 impl Fwd {
@@ -43,7 +41,6 @@ impl Fwd {
             Fwd::Miss => "miss",
             Fwd::Request => "request",
             Fwd::Stale => "stale",
-            Fwd::Partial => "partial",
         }
     }
 }

@@ -39,7 +39,7 @@ pub struct Shared {
     pub revalidations: Arc<KeyLocks>,
     /// Keys whose last response could not be stored (uncacheable or too large), so their
     /// misses forward the client's own Range and validators (see `trove_cache::memo`).
-    pub memo: Mutex<PassMemo>,
+    pub memo: Arc<Mutex<PassMemo>>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
     pub via: HeaderValue,
@@ -91,7 +91,7 @@ impl Shared {
             reverse_policy,
             fetches: Arc::default(),
             revalidations: Arc::default(),
-            memo: Mutex::new(PassMemo::default()),
+            memo: Arc::new(Mutex::new(PassMemo::default())),
             via_name,
             via,
         })

@@ -92,6 +92,13 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         // A stale response without validators is fetched anew: a miss.
         step("GET", "/l", &[]),
         step("GET", "/l", &[]),
+        // A HEAD answered in full freshens the stored GET it selects (RFC 9111 §4.3.5).
+        step("GET", "/m", &[]),
+        step("HEAD", "/m", &[]),
+        step("GET", "/m", &[]),
+        // Ranges answered from a stored response: 206, and 416 past its end.
+        step("GET", "/a", &[("range", "bytes=0-0")]),
+        step("GET", "/a", &[("range", "bytes=100-200")]),
     ];
     let answers = vec![
         ok(&[("cache-control", "max-age=60"), ("etag", "\"a1\"")], "a1"),
@@ -141,6 +148,15 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         ),
         ok(&[("cache-control", "max-age=0")], "l1"),
         ok(&[("cache-control", "max-age=0")], "l2"),
+        ok(&[("cache-control", "max-age=0"), ("etag", "\"m1\"")], "m1"),
+        ok(
+            &[
+                ("cache-control", "max-age=600"),
+                ("etag", "\"m1\""),
+                ("content-length", "2"),
+            ],
+            "",
+        ),
     ];
     (steps, answers)
 }
@@ -301,6 +317,11 @@ async fn the_core_alone_and_trove_serve_agree_step_by_step() {
             "TCP_MEM_HIT/200",
             "TCP_MISS/200",
             "TCP_MISS/200",
+            "TCP_MISS/200",
+            "TCP_REFRESH_MODIFIED/200",
+            "TCP_MEM_HIT/200",
+            "TCP_MEM_HIT/206",
+            "TCP_MEM_HIT/416",
         ]
     );
 }

@@ -205,20 +205,34 @@ impl Storage for MemoryStore {
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
-        let mut shard = self.shard(&obj.key).lock();
-        let slot = shard
-            .entries
-            .get_mut(&obj.key)?
-            .iter_mut()
-            .find(|o| o.id == obj.id)?;
-        let updated = Arc::new(Object {
-            key: obj.key.clone(),
-            variant: obj.variant.clone(),
-            head,
-            body: Arc::clone(&obj.body),
-            id: obj.id,
-        });
-        *slot = Arc::clone(&updated);
+        let idx = self.shard_index(&obj.key);
+        let updated = {
+            let mut guard = self.shards[idx].lock();
+            let shard = &mut *guard;
+            let slot = shard
+                .entries
+                .get_mut(&obj.key)?
+                .iter_mut()
+                .find(|o| o.id == obj.id)?;
+            let updated = Arc::new(Object {
+                key: obj.key.clone(),
+                variant: obj.variant.clone(),
+                head,
+                body: Arc::clone(&obj.body),
+                id: obj.id,
+            });
+            *slot = Arc::clone(&updated);
+            // The new head may be larger or smaller: charge it now.
+            let charge = updated.charge();
+            if let Some((_, c)) = shard.ids.get_mut(&obj.id) {
+                let old = std::mem::replace(c, charge);
+                shard.bytes = shard.bytes.saturating_sub(old) + charge;
+                self.bytes.fetch_sub(old, Ordering::Relaxed);
+                self.bytes.fetch_add(charge, Ordering::Relaxed);
+            }
+            updated
+        };
+        self.evict_to_budget(idx);
         Some(updated)
     }
 

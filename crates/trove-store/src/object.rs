@@ -84,6 +84,9 @@ impl Object {
             .chain(self.head.request_headers.iter())
             .map(|(n, v)| n.as_str().len() + v.len() + 4)
             .sum();
-        head as u64 + 64 + self.key.len() as u64 + self.variant.len() as u64 + self.body.charge()
+        // Saturating: a declared length comes from the network.
+        (head as u64)
+            .saturating_add(64 + self.key.len() as u64 + self.variant.len() as u64)
+            .saturating_add(self.body.charge())
     }
 }

@@ -76,7 +76,8 @@ pub enum Refused {
 }
 
 /// Receives objects the eviction policy pushed out (a lower tier demotes them instead of
-/// losing them). Called outside the store's locks.
+/// losing them). Called outside the store's locks but on the thread that inserted, often an
+/// async runtime worker: it must not block (a disk tier queues the victim for its writer).
 pub trait EvictionHook: Send + Sync {
     fn evicted(&self, obj: Arc<Object>);
 }

@@ -26,11 +26,12 @@ pub fn stored(
     let head = &obj.head;
     let age = core::age(obj, now);
     let cache_status = status.header_value(head.headers.get(CACHE_STATUS));
-    let d = core::delivery(obj, req);
-    let outcome = core::outcome(outcome, d, head.status);
     if req.is_unconditional() {
+        let outcome = core::outcome(outcome, Delivery::Response, head.status);
         return plain(obj, req, age, outcome, cache_status, peer);
     }
+    let d = core::delivery(obj, req);
+    let outcome = core::outcome(outcome, d, head.status);
     let mut headers = head.headers.clone();
     headers.insert(header::AGE, trove_http::age_value(age));
     headers.insert(CACHE_STATUS, cache_status.clone());

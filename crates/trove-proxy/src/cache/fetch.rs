@@ -8,6 +8,8 @@ use std::time::SystemTime;
 
 use http::header;
 use http::{HeaderMap, Request, Version};
+use parking_lot::Mutex;
+use trove_cache::memo::PassMemo;
 use trove_cache::{AbortPolicy, Conditionals, Storing};
 use trove_store::{Body, BodyError, Object, Removal, Storage};
 
@@ -96,6 +98,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
     let read_ahead = shared.settings.cache.read_ahead;
     let abort = shared.settings.cache.abort.policy();
     let metrics = Arc::clone(&shared.metrics);
+    let memo = Arc::clone(&shared.memo);
     tokio::spawn(async move {
         let mut resp = resp;
         let fill = Fill {
@@ -104,6 +107,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
             read_ahead,
             abort,
             metrics: &metrics,
+            memo: &memo,
         };
         fill.run(&mut resp).await;
     });
@@ -115,6 +119,7 @@ struct Fill<'a> {
     read_ahead: u64,
     abort: AbortPolicy,
     metrics: &'a Metrics,
+    memo: &'a Mutex<PassMemo>,
 }
 
 impl Fill<'_> {
@@ -134,6 +139,9 @@ impl Fill<'_> {
                     if !body.is_bounded() && body.len() + n > max {
                         self.store.remove_object(self.obj, Removal::TooLarge);
                         body.set_bounded(self.read_ahead);
+                        // Like a declared length over the limit: later misses for it pass
+                        // the client's Range and validators on.
+                        self.memo.lock().remember(&self.obj.key, now());
                     }
                     if body.append(b).await.is_err() {
                         body.finish(Err(BodyError::NoReaders));

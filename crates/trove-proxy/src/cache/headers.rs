@@ -21,8 +21,10 @@ pub fn to_origin(
     conditionals: Conditionals,
     extra: Option<&HeaderMap>,
 ) -> HeaderMap {
-    let mut h = trove_cache::decide::forward_fields(client_headers, conditionals, extra);
-    strip_connection_fields(&mut h);
+    let mut client = client_headers.clone();
+    // First, so a client's `Connection` can't name the cache's own validators away.
+    strip_connection_fields(&mut client);
+    let mut h = trove_cache::decide::forward_fields(client, conditionals, extra);
     h.remove(header::PROXY_AUTHORIZATION);
     h.remove(header::EXPECT);
     h.insert(header::HOST, host.clone());

@@ -156,9 +156,12 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
         // Stored pieces were combined (RFC 9111 §3.4): look again.
         found = lookup::lookup(store, cx.key(), cx.core(), policy, now);
     }
-    let memo = if matches!(found, Lookup::Found(_, trove_http::Reuse::Fresh { .. })) {
-        Memo::Unknown // a hit never consults the memo: keep the lock off the hit path
-    } else if cx.shared.memo.lock().remembered(cx.key(), now) {
+    // Only a miss consults the memo: keep its lock off every other path.
+    let missing = matches!(
+        found,
+        Lookup::Miss | Lookup::VaryMiss | Lookup::Found(_, trove_http::Reuse::Unusable { .. })
+    );
+    let memo = if missing && cx.shared.memo.lock().remembered(cx.key(), now) {
         Memo::Uncacheable
     } else {
         Memo::Unknown
@@ -275,8 +278,12 @@ fn from_origin(
             content_length: fetch::content_length_header(&resp.headers),
             ..head
         };
-        for (obj, h) in respond::head_updates(&shared.store.lookup(cx.key()), &declared, cx.rules())
-        {
+        for (obj, h) in respond::head_updates(
+            &shared.store.lookup(cx.key()),
+            cx.core(),
+            &declared,
+            cx.rules(),
+        ) {
             shared.store.update_meta(&obj, h);
         }
     }

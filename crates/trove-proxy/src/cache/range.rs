@@ -87,7 +87,8 @@ pub fn answer(
 }
 
 fn obj_boundary_seed(obj: &Object) -> u64 {
-    // Unpredictable per response (RFC 2046 asks only that it not occur in the parts).
+    // Varies per response (RFC 2046 asks only that it not occur in the parts, which the
+    // multipart writer's length accounting relies on too).
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

@@ -1,0 +1,181 @@
+//! The core's decisions on their own, for the cases a review found the drivers got wrong.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use trove_cache::engine::{Engine, Forward, Origin, OriginAnswer};
+use trove_cache::{
+    respond, Action, CookiePolicy, Lookup, Memo, OriginFailure, Request, RequestCookiePolicy,
+    ResponseHead, Rules,
+};
+use trove_http::Policy;
+use trove_store::{EvictionKind, MemoryStore, Storage};
+
+fn h(fields: &[(&str, &str)]) -> HeaderMap {
+    let mut m = HeaderMap::new();
+    for (k, v) in fields {
+        m.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    m
+}
+
+/// Answers every request with the next scripted response.
+struct Script(Vec<(u16, HeaderMap, &'static str)>);
+
+impl Origin for Script {
+    fn fetch(&mut self, _req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
+        if self.0.is_empty() {
+            return Err(OriginFailure::ConnectionRefused);
+        }
+        let (status, headers, body) = self.0.remove(0);
+        Ok(OriginAnswer {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers,
+            body: bytes::Bytes::from_static(body.as_bytes()),
+        })
+    }
+}
+
+/// RFC 9111 §4.3.5 limits a HEAD's update to the stored responses that could have been
+/// chosen for its request: a HEAD for `br` must not relabel the gzip and identity variants.
+#[test]
+fn a_head_response_updates_only_the_variants_its_request_selects() {
+    let store = Arc::new(MemoryStore::new(8 << 20, 4, 1 << 20, EvictionKind::Lru));
+    let mut engine = Engine::new(store.clone(), Policy::default(), CookiePolicy::default());
+    let lm = "Mon, 01 Jan 2024 00:00:00 GMT";
+    let vary = |enc: &'static str| {
+        h(&[
+            ("cache-control", "max-age=0"),
+            ("vary", "accept-encoding"),
+            ("last-modified", lm),
+            ("content-encoding", enc),
+        ])
+    };
+    let mut origin = Script(vec![
+        (200, vary("gzip"), "gz"),
+        (200, vary("br"), ""),
+        (200, vary("identity"), "id"),
+        (200, vary("identity"), ""),
+    ]);
+    let key = "http://example.com/v";
+    let t = SystemTime::now();
+    engine.handle(
+        &Method::GET,
+        key,
+        &h(&[("accept-encoding", "gzip")]),
+        t,
+        &mut origin,
+    );
+    // One stored variant, and a HEAD whose request it does not match.
+    engine.handle(
+        &Method::HEAD,
+        key,
+        &h(&[("accept-encoding", "br")]),
+        t,
+        &mut origin,
+    );
+    let gz = &store.lookup(key)[0];
+    assert_eq!(
+        gz.head.headers["content-encoding"], "gzip",
+        "not relabelled"
+    );
+    engine.handle(&Method::GET, key, &h(&[]), t, &mut origin);
+    assert_eq!(store.lookup(key).len(), 2);
+    // A HEAD that matches only the identity variant updates it (the Last-Modified alone
+    // selects when one candidate is left).
+    let s = engine.handle(&Method::HEAD, key, &h(&[]), t, &mut origin);
+    assert!(s.steps.contains(&trove_cache::Step::Freshen), "{s:?}");
+    let mut encodings: Vec<String> = store
+        .lookup(key)
+        .iter()
+        .map(|o| {
+            o.head.headers["content-encoding"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    encodings.sort();
+    assert_eq!(encodings, ["gzip", "identity"], "no variant relabelled");
+}
+
+/// A HEAD response that could not be stored for a GET (here `private`) updates nothing.
+#[test]
+fn a_private_head_response_updates_nothing() {
+    let store = Arc::new(MemoryStore::new(8 << 20, 4, 1 << 20, EvictionKind::Lru));
+    let mut engine = Engine::new(store.clone(), Policy::default(), CookiePolicy::default());
+    let mut origin = Script(vec![
+        (
+            200,
+            h(&[("cache-control", "max-age=0"), ("etag", "\"x\"")]),
+            "xx",
+        ),
+        (
+            200,
+            h(&[
+                ("cache-control", "private, max-age=600"),
+                ("etag", "\"x\""),
+                ("x-user", "alice"),
+            ]),
+            "",
+        ),
+    ]);
+    let key = "http://example.com/p";
+    let t = SystemTime::now();
+    engine.handle(&Method::GET, key, &h(&[]), t, &mut origin);
+    engine.handle(&Method::HEAD, key, &h(&[]), t, &mut origin);
+    let stored = store.lookup(key);
+    assert!(!stored[0].head.headers.contains_key("x-user"));
+}
+
+/// only-if-cached wins over a cookie bypass: 504, never a request forward (RFC 9111
+/// §5.2.1.7).
+#[test]
+fn only_if_cached_comes_before_a_cookie_bypass() {
+    let cookies = CookiePolicy {
+        request_cookie: RequestCookiePolicy::Bypass,
+        ..Default::default()
+    };
+    let policy = Policy::default();
+    let rules = Rules {
+        policy: &policy,
+        cookies: &cookies,
+    };
+    let headers = h(&[("cookie", "s=1"), ("cache-control", "only-if-cached")]);
+    let req = Request::new(&Method::GET, &headers);
+    assert!(matches!(
+        trove_cache::decide::after_lookup(req, Lookup::Miss, rules, Memo::Unknown),
+        Action::OnlyIfCached
+    ));
+}
+
+/// A 206 whose range is larger than the object limit is not stored, whatever it declares.
+#[test]
+fn a_partial_larger_than_the_limit_is_not_stored() {
+    let policy = Policy::default();
+    let cookies = CookiePolicy::default();
+    let rules = Rules {
+        policy: &policy,
+        cookies: &cookies,
+    };
+    let resp = h(&[
+        ("cache-control", "max-age=60"),
+        (
+            "content-range",
+            "bytes 0-18446744073709551613/18446744073709551614",
+        ),
+    ]);
+    let head = ResponseHead {
+        status: StatusCode::PARTIAL_CONTENT,
+        headers: &resp,
+        content_length: None,
+        request_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1),
+        response_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1),
+    };
+    let empty = HeaderMap::new();
+    assert!(respond::may_store(Request::new(&Method::GET, &empty), &head, rules, 1 << 20).is_err());
+}
