@@ -10,7 +10,7 @@
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
 use crate::connection::connection_fields;
-use crate::etag::{response_etag, EntityTag};
+use crate::etag::response_etag;
 use crate::field::date_field;
 
 /// The conditional header fields for validating one stored response
@@ -28,28 +28,6 @@ pub fn conditional_headers(stored_resp: &HeaderMap) -> HeaderMap {
     if date_field(stored_resp, &header::LAST_MODIFIED).is_some() {
         if let Some(lm) = stored_resp.get(header::LAST_MODIFIED) {
             out.insert(header::IF_MODIFIED_SINCE, lm.clone());
-        }
-    }
-    out
-}
-
-/// The conditional header fields for validating several stored responses
-/// (variants) at once: `If-None-Match` listing every entity tag. Dates are
-/// only sent when a single response is validated (§4.3.1).
-pub fn conditional_headers_for_all(stored: &[&HeaderMap]) -> HeaderMap {
-    if let [only] = stored {
-        return conditional_headers(only);
-    }
-    let mut out = HeaderMap::new();
-    let mut tags: Vec<String> = stored
-        .iter()
-        .filter_map(|h| response_etag(h))
-        .map(|t| t.to_string())
-        .collect();
-    tags.dedup();
-    if !tags.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&tags.join(", ")) {
-            out.insert(header::IF_NONE_MATCH, v);
         }
     }
     out
@@ -84,22 +62,6 @@ pub fn selects(stored_resp: &HeaderMap, not_modified: &HeaderMap) -> bool {
     !stored_resp.contains_key(header::ETAG) && !stored_resp.contains_key(header::LAST_MODIFIED)
 }
 
-/// Does a HEAD response identify `stored` for freshening (§4.3.5)? As for a
-/// 304, and additionally a `Content-Length` in both must agree: a HEAD that
-/// announces a different length describes a different representation.
-pub fn head_selects(stored_resp: &HeaderMap, head: &HeaderMap) -> bool {
-    if !selects(stored_resp, head) {
-        return false;
-    }
-    match (
-        head.get(header::CONTENT_LENGTH),
-        stored_resp.get(header::CONTENT_LENGTH),
-    ) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
-    }
-}
-
 /// Header fields never copied from a 304 into the stored response, besides
 /// the connection-specific ones: `Content-Length` (§3.2: the 304 has no
 /// content, its length would be wrong) and `Content-Range`, which describes
@@ -125,11 +87,6 @@ pub fn freshen_headers(stored: &HeaderMap, not_modified: &HeaderMap) -> HeaderMa
         }
     }
     out
-}
-
-/// The stored response's entity tag, if it has exactly one valid `ETag`.
-pub fn stored_etag(stored_resp: &HeaderMap) -> Option<EntityTag> {
-    response_etag(stored_resp)
 }
 
 #[cfg(test)]
@@ -169,20 +126,6 @@ mod tests {
         assert!(c.is_empty());
         let garbage = conditional_headers(&h(&[("etag", "unquoted"), ("last-modified", "0")]));
         assert!(garbage.is_empty());
-    }
-
-    #[test]
-    fn several_variants_list_all_etags_and_no_date_9111_4_3_1() {
-        let a = h(&[("etag", "\"a\""), ("last-modified", LM)]);
-        let b = h(&[("etag", "\"b\"")]);
-        let c = conditional_headers_for_all(&[&a, &b]);
-        assert_eq!(
-            c.get(header::IF_NONE_MATCH).map(|v| v.as_bytes()),
-            Some(&b"\"a\", \"b\""[..])
-        );
-        assert!(!c.contains_key(header::IF_MODIFIED_SINCE));
-        assert!(conditional_headers_for_all(&[&a]).contains_key(header::IF_MODIFIED_SINCE));
-        assert!(conditional_headers_for_all(&[]).is_empty());
     }
 
     #[test]
@@ -226,20 +169,6 @@ mod tests {
         assert!(selects(&h(&[]), &h(&[("date", LM)])));
         assert!(!selects(&h(&[("etag", "\"a\"")]), &h(&[])));
         assert!(!selects(&h(&[("last-modified", LM)]), &h(&[])));
-    }
-
-    #[test]
-    fn head_with_different_length_does_not_freshen_9111_4_3_5() {
-        let stored = h(&[("etag", "\"a\""), ("content-length", "10")]);
-        assert!(head_selects(
-            &stored,
-            &h(&[("etag", "\"a\""), ("content-length", "10")])
-        ));
-        assert!(!head_selects(
-            &stored,
-            &h(&[("etag", "\"a\""), ("content-length", "11")])
-        ));
-        assert!(head_selects(&stored, &h(&[("etag", "\"a\"")])));
     }
 
     #[test]

@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::settings::OriginRoute;
-pub use crate::upstream::Upstream;
+pub use crate::upstream::{Upstream, Upstreams};
 
 #[derive(Debug)]
 struct Route {
     host: Option<String>,
     prefix: String,
-    upstreams: Vec<Upstream>,
+    upstreams: std::sync::Arc<[Upstream]>,
     next: AtomicUsize,
 }
 
@@ -46,12 +46,16 @@ impl Routes {
 
     /// The upstreams for `host` and `path`, in the order to try them: the longest matching
     /// prefix wins, an exact host beats `*`, and the start rotates for round robin.
-    pub fn select(&self, host: &str, path: &str) -> Option<Vec<Upstream>> {
-        let host = strip_port(host).to_ascii_lowercase();
+    pub fn select(&self, host: &str, path: &str) -> Option<Upstreams> {
+        let host = strip_port(host);
         let best = self
             .routes
             .iter()
-            .filter(|r| r.host.as_deref().is_none_or(|h| h == host))
+            .filter(|r| {
+                r.host
+                    .as_deref()
+                    .is_none_or(|h| h.eq_ignore_ascii_case(host))
+            })
             .filter(|r| path.starts_with(&r.prefix))
             .max_by_key(|r| (r.prefix.len(), r.host.is_some()))?;
         let n = best.upstreams.len();
@@ -59,11 +63,10 @@ impl Routes {
             return None;
         }
         let start = best.next.fetch_add(1, Ordering::Relaxed) % n;
-        Some(
-            (0..n)
-                .map(|i| best.upstreams[(start + i) % n].clone())
-                .collect(),
-        )
+        Some(Upstreams::rotated(
+            std::sync::Arc::clone(&best.upstreams),
+            start,
+        ))
     }
 }
 
@@ -96,16 +99,35 @@ mod tests {
             route("*", "/api/", &["http://127.0.0.1:2"]),
             route("example.com", "/", &["http://127.0.0.1:3"]),
         ]);
-        assert_eq!(r.select("other", "/x").unwrap()[0].port, 1);
-        assert_eq!(r.select("other", "/api/v1").unwrap()[0].port, 2);
-        assert_eq!(r.select("Example.COM:8080", "/x").unwrap()[0].port, 3);
+        assert_eq!(
+            r.select("other", "/x").unwrap().iter().next().unwrap().port,
+            1
+        );
+        assert_eq!(
+            r.select("other", "/api/v1")
+                .unwrap()
+                .iter()
+                .next()
+                .unwrap()
+                .port,
+            2
+        );
+        assert_eq!(
+            r.select("Example.COM:8080", "/x")
+                .unwrap()
+                .iter()
+                .next()
+                .unwrap()
+                .port,
+            3
+        );
     }
 
     #[test]
     fn upstreams_rotate() {
         let r = Routes::new(&[route("*", "/", &["http://a:1", "http://b:2"])]);
-        let first = r.select("h", "/").unwrap()[0].port;
-        let second = r.select("h", "/").unwrap()[0].port;
+        let first = r.select("h", "/").unwrap().iter().next().unwrap().port;
+        let second = r.select("h", "/").unwrap().iter().next().unwrap().port;
         assert_ne!(first, second);
     }
 

@@ -42,3 +42,33 @@ impl Upstream {
         }
     }
 }
+
+/// The origin servers a request may go to, in the order to try them: a shared list and the
+/// position round robin starts from. Cheap to make per request (no copy of the list), so a
+/// hit, which never goes to an origin, costs nothing for it.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    list: std::sync::Arc<[Upstream]>,
+    start: usize,
+}
+
+impl Upstreams {
+    /// Tries `list` in order from `start` (wrapping).
+    pub fn rotated(list: std::sync::Arc<[Upstream]>, start: usize) -> Upstreams {
+        Upstreams { list, start }
+    }
+
+    /// A single origin (a forward-proxy request names its own).
+    pub fn one(u: Upstream) -> Upstreams {
+        Upstreams {
+            list: std::sync::Arc::from(vec![u]),
+            start: 0,
+        }
+    }
+
+    /// The upstreams in the order to try them.
+    pub fn iter(&self) -> impl Iterator<Item = &Upstream> {
+        let n = self.list.len();
+        (0..n).map(move |i| &self.list[(self.start + i) % n])
+    }
+}

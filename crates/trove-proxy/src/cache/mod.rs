@@ -22,6 +22,7 @@ pub mod target;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
@@ -45,17 +46,24 @@ use collapse::{Collapsed, Leader, Role};
 use fetch::{Outgoing, Retry};
 use target::Target;
 
-/// The URL to print in the access log.
-pub fn log_url(req: &RequestHead, mode: Mode) -> String {
+/// The URL to print in the access log, as the `Host` a reverse request's origin-form target
+/// is relative to (empty when the target is absolute) and the target, borrowed where it can
+/// be so the hit path builds no string for it.
+pub fn log_url(req: &RequestHead, mode: Mode) -> (&str, std::borrow::Cow<'_, str>) {
+    use std::borrow::Cow;
+    let target: Cow<'_, str> = match req.target.path_and_query() {
+        Some(pq) if req.target.scheme().is_none() => Cow::Borrowed(pq.as_str()),
+        _ => Cow::Owned(req.target.to_string()),
+    };
     if req.target.scheme().is_some() || mode == Mode::Forward {
-        return req.target.to_string();
+        return ("", target);
     }
     let host = req
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("-");
-    format!("http://{host}{}", req.target)
+    (host, target)
 }
 
 /// Everything a step needs to know about the request.
@@ -176,7 +184,7 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
             if revalidate {
                 background_revalidate(cx, &obj);
             }
-            hit(cx, &obj, outcome, status)
+            hit(cx, &obj, outcome, status, now)
         }
         Action::OnlyIfCached => {
             // RFC 9111 §5.2.1.7: no stored response satisfies the request.
@@ -201,9 +209,15 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
 }
 
 /// Serves a stored response.
-fn hit(cx: &Ctx<'_>, obj: &Arc<Object>, outcome: Outcome, status: CacheStatus) -> Reply {
+fn hit(
+    cx: &Ctx<'_>,
+    obj: &Arc<Object>,
+    outcome: Outcome,
+    status: CacheStatus,
+    now: SystemTime,
+) -> Reply {
     cx.shared.store.touch(obj);
-    deliver::stored(obj, cx.core(), fetch::now(), outcome, status, None)
+    deliver::stored(obj, cx.core(), now, outcome, status, None)
 }
 
 /// A miss: join a fetch already under way for this key, or lead one, then fetch.
@@ -223,7 +237,7 @@ async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
                         ..
                     }) = decide::after_collapse(cx.core(), obj, cx.rules(), now)
                     {
-                        return hit(cx, &obj, outcome, status);
+                        return hit(cx, &obj, outcome, status, now);
                     }
                 }
                 // The leader's response can't be shared with this request: fetch our own.
@@ -244,7 +258,7 @@ async fn fetch_and_store(cx: &Ctx<'_>, f: Fetch, leader: Option<Leader>) -> Repl
         respond::stale_on_server_error(&f, cx.core(), resp.status, cx.rules(), now)
     {
         tokio::spawn(fetch::discard(resp));
-        return hit(cx, &obj, Outcome::RefreshFailOld, status);
+        return hit(cx, &obj, Outcome::RefreshFailOld, status, now);
     }
     from_origin(cx, resp, leader, f.fwd, f.outcome)
 }
@@ -371,7 +385,9 @@ fn failed(
     tracing::debug!(error = %e, "origin request failed");
     let now = fetch::now();
     match respond::after_failure(stale, cx.core(), cx.rules(), fwd, outcome, e.failure(), now) {
-        OnFailure::ServeStale { obj, status } => hit(cx, &obj, Outcome::RefreshFailOld, status),
+        OnFailure::ServeStale { obj, status } => {
+            hit(cx, &obj, Outcome::RefreshFailOld, status, now)
+        }
         OnFailure::Error {
             status,
             outcome,
@@ -441,7 +457,7 @@ async fn revalidate(
         }
         OnValidation::ServeStale { status } => {
             tokio::spawn(fetch::discard(resp));
-            hit(cx, &obj, Outcome::RefreshFailOld, status)
+            hit(cx, &obj, Outcome::RefreshFailOld, status, now)
         }
         OnValidation::Replace => from_origin(cx, resp, None, fwd, outcome),
     }

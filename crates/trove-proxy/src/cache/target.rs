@@ -5,7 +5,7 @@ use http::{HeaderValue, StatusCode};
 
 use crate::client::head::RequestHead;
 use crate::reply::Reply;
-use crate::route::Upstream;
+use crate::route::{Upstream, Upstreams};
 use crate::settings::Mode;
 use crate::state::Shared;
 use trove_cache::Outcome;
@@ -16,7 +16,7 @@ pub struct Target {
     /// The normalised absolute URI: the primary cache key.
     pub key: String,
     /// Origin servers to try, in order.
-    pub upstreams: Vec<Upstream>,
+    pub upstreams: Upstreams,
     /// `Host` to send to the origin.
     pub host: HeaderValue,
     /// The origin-form request target (path and query).
@@ -89,7 +89,7 @@ pub fn resolve(shared: &Shared, req: &RequestHead, mode: Mode) -> Result<Target,
             };
             return Ok(Target {
                 key,
-                upstreams: vec![upstream],
+                upstreams: Upstreams::one(upstream),
                 host: HeaderValue::from_str(&authority).map_err(|_| Box::new(bad_host()))?,
                 path: path.to_string(),
             });

@@ -122,6 +122,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                     status: e.status().as_u16(),
                     bytes: w.sent - before,
                     method: "-",
+                    url_host: "",
                     url: "error:invalid-request",
                     peer: None,
                     content_type: "text/plain",
@@ -170,6 +171,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 status: result.status.as_u16(),
                 bytes: result.bytes_to_client,
                 method: "CONNECT",
+                url_host: "",
                 url: &url,
                 peer: (result.status == StatusCode::OK).then_some(url.as_str()),
                 content_type: "-",
@@ -195,12 +197,8 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         let outcome = reply.outcome;
         let status = reply.status;
         let peer = reply.peer.clone();
-        let content_type = reply
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string();
+        // A cheap clone (shared bytes), not a new string.
+        let content_type = reply.headers.get(http::header::CONTENT_TYPE).cloned();
         let before = w.sent;
         // Boxed like the state machine: an idle connection's task need not hold its space.
         let written = Box::pin(write_reply(
@@ -212,20 +210,25 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         ))
         .await;
         let sent = w.sent - before;
-        let url = crate::cache::log_url(&head, info.mode);
+        let (url_host, url) = crate::cache::log_url(&head, info.mode);
+        let elapsed = start.elapsed();
         shared.log.log(&LogRecord {
             start: start_wall,
-            elapsed: start.elapsed(),
+            elapsed,
             client: info.peer.ip(),
             outcome,
             status: status.as_u16(),
             bytes: sent,
             method: head.method.as_str(),
+            url_host,
             url: &url,
             peer: peer.as_deref(),
-            content_type: &content_type,
+            content_type: content_type
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-"),
         });
-        metrics.record(outcome, start.elapsed(), sent);
+        metrics.record(outcome, elapsed, sent);
         if !keep_alive || !written.complete || written.must_close {
             break;
         }

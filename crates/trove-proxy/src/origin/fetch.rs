@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 pub use crate::origin::error::OriginError;
 use crate::origin::pool::{Pool, PooledConn};
 use crate::origin::request_body::OriginRequestBody;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, Upstreams};
 
 /// An origin's response head, with its body still to read.
 pub struct OriginResponse {
@@ -102,7 +102,7 @@ pub struct OriginRequest {
 pub async fn send(
     pool: &Arc<Pool>,
     metrics: &Arc<Metrics>,
-    upstreams: &[Upstream],
+    upstreams: &Upstreams,
     req: OriginRequest,
     response_timeout: Duration,
     body_timeout: Duration,
@@ -114,7 +114,7 @@ pub async fn send(
     } = req;
     let mut body = Some(body);
     let mut last_err = OriginError::Protocol("no upstream");
-    for upstream in upstreams {
+    for upstream in upstreams.iter() {
         for attempt in 0..2 {
             let mut conn = match pool.checkout(upstream).await {
                 Ok(c) => c,
