@@ -350,13 +350,10 @@ impl Engine {
         }
         let max = self.store.max_object();
         match respond::after_fetch(r.core(), r.key, &head, self.rules(), fwd, max) {
-            OnResponse::Store { object, status, .. } => match self.store.insert(*object) {
+            OnResponse::Store { object, status, .. } => match self.store_whole(*object, ans) {
                 Ok(obj) => {
                     steps.push(Step::Store);
                     self.memo.forget(r.key);
-                    let _ = obj.body.append_now(ans.body.clone());
-                    obj.body.finish(Ok(()));
-                    self.store.recharge(&obj);
                     self.deliver(r, &obj, outcome, status, steps)
                 }
                 Err(why) => {
@@ -373,6 +370,19 @@ impl Engine {
                 served(outcome, ans.status, status, steps)
             }
         }
+    }
+
+    /// Inserts `object` and fills its body with the whole answer at once.
+    fn store_whole(
+        &self,
+        object: Object,
+        ans: &OriginAnswer,
+    ) -> Result<Arc<Object>, trove_store::Refused> {
+        let obj = self.store.insert(object)?;
+        let _ = obj.body.append_now(ans.body.clone());
+        obj.body.finish(Ok(()));
+        self.store.recharge(&obj);
+        Ok(obj)
     }
 
     fn deliver(
@@ -417,11 +427,7 @@ impl Engine {
         if let OnResponse::Store { object, .. } =
             respond::after_fetch(req, r.key, &head, self.rules(), Fwd::Stale, max)
         {
-            if let Ok(o) = self.store.insert(*object) {
-                let _ = o.body.append_now(ans.body.clone());
-                o.body.finish(Ok(()));
-                self.store.recharge(&o);
-            }
+            let _ = self.store_whole(*object, &ans);
         }
     }
 }

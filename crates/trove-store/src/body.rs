@@ -164,13 +164,7 @@ impl Body {
             }
             wake.await;
         }
-        {
-            let mut st = self.state.lock();
-            let at = st.len;
-            st.len += bytes.len() as u64;
-            st.starts.push_back(at);
-            st.chunks.push_back(bytes);
-        }
+        self.state.lock().push(bytes);
         self.readers_wake.notify_waiters();
         Ok(())
     }
@@ -187,10 +181,7 @@ impl Body {
             if bytes.is_empty() {
                 return Ok(());
             }
-            let at = st.len;
-            st.len += bytes.len() as u64;
-            st.starts.push_back(at);
-            st.chunks.push_back(bytes);
+            st.push(bytes);
         }
         self.readers_wake.notify_waiters();
         Ok(())
@@ -259,6 +250,13 @@ impl Body {
 }
 
 impl State {
+    fn push(&mut self, bytes: Bytes) {
+        let at = self.len;
+        self.len += bytes.len() as u64;
+        self.starts.push_back(at);
+        self.chunks.push_back(bytes);
+    }
+
     /// Forgets the cursors of dropped readers.
     fn prune_cursors(&mut self) {
         self.cursors.retain(|c| c.strong_count() > 0);
