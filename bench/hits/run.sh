@@ -337,7 +337,31 @@ warm_up() {
     if (($(origin_requests_since "$before") > 0)); then echo "not cached after $WARMUP requests"; else echo ok; fi
 }
 
-# One measured window: warm-up, origin count, wrk, origin count. Appends a line to samples.tsv.
+# Busy and total jiffies of the server CPU so far (from /proc/stat).
+cpu_ticks() {
+    awk -v c="cpu$SERVER_CPU" '$1 == c { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat
+}
+
+# Waits (30 s at most) until the server CPU is quiet: under 10% busy over half a second. A server
+# that goes on working after its window (Traffic Server writing out its log, say) would otherwise
+# do it during the next target's window, on the same CPU, and be counted against that target; it
+# grows round by round as the logs grow, which is what once looked like trove slowing down.
+settle_cpu() {
+    local busy0 total0 busy1 total1 start=$SECONDS
+    while ((SECONDS - start < 30)); do
+        read -r busy0 total0 < <(cpu_ticks)
+        sleep 0.5
+        read -r busy1 total1 < <(cpu_ticks)
+        if ((total1 > total0)) && (((busy1 - busy0) * 10 < (total1 - total0))); then
+            ((SECONDS - start > 1)) && log "server CPU busy for $((SECONDS - start)) s after $1 $2"
+            return 0
+        fi
+    done
+    log "WARNING: server CPU still busy 30 s after $1 $2"
+}
+
+# One measured window: warm-up, origin count, wrk, origin count, then wait for the server CPU to
+# settle. Appends a line to samples.tsv.
 measure() { # target size round label
     local target=$1 size=$2 round=$3 label=$4 port url raw before origin warm
     port=$(port_of "$target" "$size")
@@ -354,6 +378,7 @@ measure() { # target size round label
     fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$round" "$target" "$size" "$origin" "$warm" >>"$RESULTS/samples.tsv"
     log "$label $target $size: $(awk '/^Requests\/sec/ { print $2 }' "$raw") req/s, origin requests in window: $origin"
+    settle_cpu "$target" "$size"
 }
 
 # ---------------------------------------------------------------------------------------------
