@@ -18,13 +18,13 @@ use trove_store::{Object, Removal, Storage};
 use crate::cookie::CookiePolicy;
 use crate::decide::{self, Action, BodyState, Collapse, Conditionals, Entry, Fetch, Memo, Rules};
 use crate::deliver;
-use crate::lookup::{self, Lookup};
+use crate::lookup;
 use crate::memo::PassMemo;
 use crate::outcome::Outcome;
 use crate::request::{Request, ResponseHead};
 use crate::respond::{self, OnFailure, OnResponse, OnValidation};
 use crate::status::{CacheStatus, Fwd, OriginFailure};
-use crate::{partial, Step};
+use crate::Step;
 
 /// A request sent forward.
 #[derive(Debug)]
@@ -166,18 +166,9 @@ impl Engine {
         }
     }
 
-    fn lookup(&self, r: &Req<'_>) -> Lookup {
-        let found = lookup::lookup(&*self.store, r.key, r.core(), &self.policy, r.now);
-        if matches!(found, Lookup::VaryMiss) && partial::combine(&*self.store, &self.policy, r.key)
-        {
-            return lookup::lookup(&*self.store, r.key, r.core(), &self.policy, r.now);
-        }
-        found
-    }
-
     fn cacheable(&mut self, r: &Req<'_>, origin: &mut dyn Origin) -> Served {
-        let found = self.lookup(r);
-        let memo = if self.memo.remembered(r.key, r.now) {
+        let found = lookup::lookup_combining(&*self.store, r.key, r.core(), &self.policy, r.now);
+        let memo = if found.is_miss() && self.memo.remembered(r.key, r.now) {
             Memo::Uncacheable
         } else {
             Memo::Unknown

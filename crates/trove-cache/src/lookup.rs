@@ -41,6 +41,34 @@ pub fn lookup(
     judge(store, store.lookup(key), req, policy, now)
 }
 
+/// The Lookup step as both drivers run it: [`lookup`], and when only stored pieces of the
+/// response exist (a Vary miss), combine the partial responses that fit together
+/// (RFC 9111 §3.4) and look again.
+pub fn lookup_combining(
+    store: &dyn Storage,
+    key: &str,
+    req: Request<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> Lookup {
+    let found = lookup(store, key, req, policy, now);
+    if matches!(found, Lookup::VaryMiss) && partial::combine(store, policy, key) {
+        return lookup(store, key, req, policy, now);
+    }
+    found
+}
+
+impl Lookup {
+    /// Nothing stored can answer: the request will go forward as a miss, so (and only then)
+    /// the memo of uncacheable URLs matters.
+    pub fn is_miss(&self) -> bool {
+        matches!(
+            self,
+            Lookup::Miss | Lookup::VaryMiss | Lookup::Found(_, Reuse::Unusable { .. })
+        )
+    }
+}
+
 /// Judges the variants `store` returned for one key.
 pub fn judge(
     store: &dyn Storage,

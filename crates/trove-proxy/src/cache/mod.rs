@@ -30,8 +30,8 @@ use tokio::io::AsyncRead;
 use trove_cache::decide::{self, BodyState};
 use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
 use trove_cache::{
-    lookup, partial, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Lookup, Memo,
-    Outcome, Request, ResponseHead, Rules, CACHE_STATUS,
+    lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
+    ResponseHead, Rules, CACHE_STATUS,
 };
 use trove_store::{Object, ObjectHead, Removal};
 
@@ -159,17 +159,9 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
     let now = fetch::now();
     let store = &*cx.shared.store;
     let policy = cx.rules().policy;
-    let mut found = lookup::lookup(store, cx.key(), cx.core(), policy, now);
-    if matches!(found, Lookup::VaryMiss) && partial::combine(store, policy, cx.key()) {
-        // Stored pieces were combined (RFC 9111 §3.4): look again.
-        found = lookup::lookup(store, cx.key(), cx.core(), policy, now);
-    }
+    let found = lookup::lookup_combining(store, cx.key(), cx.core(), policy, now);
     // Only a miss consults the memo: keep its lock off every other path.
-    let missing = matches!(
-        found,
-        Lookup::Miss | Lookup::VaryMiss | Lookup::Found(_, trove_http::Reuse::Unusable { .. })
-    );
-    let memo = if missing && cx.shared.memo.lock().remembered(cx.key(), now) {
+    let memo = if found.is_miss() && cx.shared.memo.lock().remembered(cx.key(), now) {
         Memo::Uncacheable
     } else {
         Memo::Unknown
