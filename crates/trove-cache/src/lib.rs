@@ -63,7 +63,7 @@ pub use decide::{Action, Collapse, Conditionals, Entry, Fetch, Memo, Rules};
 pub use lookup::Lookup;
 pub use outcome::Outcome;
 pub use request::{Request, ResponseHead};
-pub use status::{CacheStatus, Detail, Fwd, OriginFailure, CACHE_STATUS};
+pub use status::{CacheStatus, Detail, Fwd, OriginFailure, ShedReason, CACHE_STATUS};
 pub use step::Step;
 
 use http::Method;

@@ -33,12 +33,14 @@ pub enum Outcome {
     Tunnel,
     /// A PURGE.
     Purge,
+    /// Shed under overload: answered 503 at once rather than queued for the origin.
+    Shed,
     /// The client's request was malformed, or the proxy answered on its own.
     None,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 16] = [
         Outcome::MemHit,
         Outcome::CollapsedHit,
         Outcome::ImsHit,
@@ -53,6 +55,7 @@ impl Outcome {
         Outcome::Denied,
         Outcome::Tunnel,
         Outcome::Purge,
+        Outcome::Shed,
         Outcome::None,
     ];
 
@@ -73,6 +76,9 @@ impl Outcome {
             Outcome::Denied => "TCP_DENIED",
             Outcome::Tunnel => "TCP_TUNNEL",
             Outcome::Purge => "TCP_PURGE",
+            // Not one of Squid's codes (Squid queues or fails; it does not shed): named in
+            // its style so log tools that split TAG/status still read it.
+            Outcome::Shed => "TCP_SHED",
             Outcome::None => "NONE_NONE",
         }
     }

@@ -320,7 +320,7 @@ pub enum OnFailure {
 pub fn failure_status(f: OriginFailure) -> StatusCode {
     match f {
         OriginFailure::ConnectionTimeout | OriginFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        OriginFailure::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        OriginFailure::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     }
 }
@@ -336,7 +336,18 @@ pub fn after_failure(
     now: SystemTime,
 ) -> OnFailure {
     let status = CacheStatus::forward(fwd).with_detail(Detail::Origin(failure));
+    // Shed: the origin was never asked, so this is no failure of it; a quick 503 the client
+    // may retry, unless stale-if-error lets the stored response stand in.
+    let shed = OnFailure::Error {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        outcome: Outcome::Shed,
+        cache_status: status,
+    };
+    let overloaded = matches!(failure, OriginFailure::Overloaded(_));
     let Some(obj) = stale else {
+        if overloaded {
+            return shed;
+        }
         return OnFailure::Error {
             status: failure_status(failure),
             outcome: if outcome == Outcome::RefreshModified {
@@ -352,6 +363,9 @@ pub fn after_failure(
             obj: Arc::clone(obj),
             status: stale_if_error(fwd),
         };
+    }
+    if overloaded {
+        return shed;
     }
     // A stored response needed validating and the origin could not be reached: RFC 9111
     // §5.2.2.2 and §4.2.4 ask for a generated error, 504 by preference, not the stale one.

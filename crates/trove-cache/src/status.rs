@@ -45,13 +45,36 @@ impl Fwd {
     }
 }
 
+/// Why a request was shed rather than sent to its origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShedReason {
+    /// The origin's queue would take longer than its bound to reach this request
+    /// (estimated from the queue's length and the origin's recent service times).
+    QueueWait,
+    /// It waited the whole bound in the origin's queue without getting a connection.
+    QueueTimeout,
+    /// As many requests as the proxy allows already wait on origins.
+    PendingLimit,
+}
+
+impl ShedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::QueueWait => "shed-queue-wait",
+            ShedReason::QueueTimeout => "shed-queue-timeout",
+            ShedReason::PendingLimit => "shed-pending-limit",
+        }
+    }
+}
+
 /// What went wrong talking to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OriginFailure {
     ConnectionRefused,
     ConnectionTimeout,
-    /// Too many requests already wait on origins: shed at once.
-    Overloaded,
+    /// Not sent: the request was shed (answered 503 at once) to keep the origin's queue
+    /// within its bound.
+    Overloaded(ShedReason),
     /// No response head, or a body gone silent, within the timeout.
     Timeout,
     /// The connection closed before a whole response.
@@ -65,7 +88,7 @@ impl OriginFailure {
         match self {
             OriginFailure::ConnectionRefused => "connection-refused",
             OriginFailure::ConnectionTimeout => "connection-timeout",
-            OriginFailure::Overloaded => "overloaded",
+            OriginFailure::Overloaded(why) => why.as_str(),
             OriginFailure::Timeout => "timeout",
             OriginFailure::ConnectionClosed => "connection-closed",
             OriginFailure::ProtocolError => "http-protocol-error",

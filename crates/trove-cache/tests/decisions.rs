@@ -179,3 +179,54 @@ fn a_partial_larger_than_the_limit_is_not_stored() {
     let empty = HeaderMap::new();
     assert!(respond::may_store(Request::new(&Method::GET, &empty), &head, rules, 1 << 20).is_err());
 }
+
+/// Fails every request with one failure.
+struct Failing(OriginFailure);
+
+impl Origin for Failing {
+    fn fetch(&mut self, _req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
+        Err(self.0)
+    }
+}
+
+/// A shed request is its own outcome (`TCP_SHED`), a 503 whose `Cache-Status` names why,
+/// also when a stale stored response needed validating (the origin was never asked, so the
+/// 504 of a failed validation would misreport it); stale-if-error still stands in for it.
+#[test]
+fn a_shed_request_is_a_503_of_its_own_outcome() {
+    use trove_cache::{Outcome, ShedReason};
+    let store = Arc::new(MemoryStore::new(8 << 20, 4, 1 << 20, EvictionKind::Lru));
+    let mut engine = Engine::new(store.clone(), Policy::default(), CookiePolicy::default());
+    let t = SystemTime::now();
+    let shed = OriginFailure::Overloaded(ShedReason::QueueWait);
+    let s = engine.handle(&Method::GET, "http://e/new", &h(&[]), t, &mut Failing(shed));
+    assert_eq!(s.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(s.outcome, Outcome::Shed);
+    assert_eq!(s.outcome.as_str(), "TCP_SHED");
+    assert!(!s.outcome.is_hit());
+    assert_eq!(
+        s.cache_status.render(),
+        "trove; fwd=uri-miss; detail=shed-queue-wait"
+    );
+
+    // Stored, then stale: without stale-if-error a shed validation is still a 503.
+    let mut origin = Script(vec![(200, h(&[("cache-control", "max-age=1")]), "a")]);
+    let key = "http://e/stale";
+    engine.handle(&Method::GET, key, &h(&[]), t, &mut origin);
+    let later = t + Duration::from_secs(10);
+    let s = engine.handle(&Method::GET, key, &h(&[]), later, &mut Failing(shed));
+    assert_eq!(s.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(s.outcome, Outcome::Shed);
+
+    // With stale-if-error the stored response is served instead.
+    let mut origin = Script(vec![(
+        200,
+        h(&[("cache-control", "max-age=1, stale-if-error=60")]),
+        "b",
+    )]);
+    let key = "http://e/sie";
+    engine.handle(&Method::GET, key, &h(&[]), t, &mut origin);
+    let s = engine.handle(&Method::GET, key, &h(&[]), later, &mut Failing(shed));
+    assert_eq!(s.status, StatusCode::OK);
+    assert_eq!(s.outcome, Outcome::RefreshFailOld);
+}

@@ -34,6 +34,7 @@
 
 pub mod cache_control;
 pub mod connection;
+pub mod content_length;
 pub mod etag;
 pub mod field;
 pub mod freshness;

@@ -8,13 +8,15 @@
 //! writes the reply, and [`access_log`] and [`metrics`] record the [`outcome::Outcome`].
 //!
 //! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
-//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks), and trove's
-//! own rules (`trove-http`) and store (`trove-store`).
+//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks), socket2 (the
+//! listening socket's backlog), rustix (`poll` for the acceptor threads and the open files
+//! limit, without `unsafe`), and trove's own rules (`trove-http`) and store (`trove-store`).
 
 pub mod access_log;
 pub mod acl;
 pub mod cache;
 pub mod client;
+pub mod fd_limit;
 pub mod listener;
 pub mod metrics;
 pub mod origin;

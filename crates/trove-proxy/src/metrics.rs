@@ -25,6 +25,8 @@ pub mod names {
     pub const ORIGIN_ERRORS: &str = "trove_origin_errors_total";
     pub const BAD_REQUESTS: &str = "trove_bad_requests_total";
     pub const SHED: &str = "trove_shed_requests_total";
+    pub const CLIENT_CONNECTIONS_REFUSED: &str = "trove_client_connections_refused_total";
+    pub const ACCEPT_FD_EXHAUSTED: &str = "trove_accept_fd_exhausted_total";
     pub const STORE_BYTES: &str = "trove_store_bytes";
     pub const STORE_CAPACITY: &str = "trove_store_capacity_bytes";
     pub const STORE_OBJECTS: &str = "trove_store_objects";
@@ -92,6 +94,10 @@ pub struct Metrics {
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
     pub shed: AtomicU64,
+    /// Connections closed at accept because `max_client_connections` were open.
+    pub client_refused: AtomicU64,
+    /// Times accepting paused because file descriptors ran out.
+    pub accept_fd_exhausted: AtomicU64,
     /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
     pub origin_bytes_wasted: AtomicU64,
 }
@@ -120,6 +126,10 @@ impl Metrics {
         if outcome.is_hit() {
             self.bytes_from_cache.fetch_add(sent, Ordering::Relaxed);
             self.hit_time.observe(elapsed);
+        } else if outcome == Outcome::Shed {
+            // Counted here, where every shed request ends, so no path can miss it; kept out
+            // of the miss histogram, which its instant 503s would flatter.
+            inc(&self.shed);
         } else if !matches!(outcome, Outcome::Denied | Outcome::Tunnel | Outcome::None) {
             self.miss_time.observe(elapsed);
         }
@@ -147,7 +157,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 13] = [
+        let counters: [(&str, &str, u64); 15] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -201,8 +211,18 @@ impl Metrics {
             ),
             (
                 names::SHED,
-                "Requests refused with 503 under overload.",
+                "Requests shed under overload: answered 503 at once rather than queued for an origin.",
                 g(&self.shed),
+            ),
+            (
+                names::CLIENT_CONNECTIONS_REFUSED,
+                "Client connections closed at accept because max_client_connections were open.",
+                g(&self.client_refused),
+            ),
+            (
+                names::ACCEPT_FD_EXHAUSTED,
+                "Times accepting paused because file descriptors ran out (EMFILE, ENFILE).",
+                g(&self.accept_fd_exhausted),
             ),
             (
                 names::ORIGIN_BYTES_WASTED,

@@ -13,8 +13,9 @@ use trove_store::{MemoryStore, Storage};
 use crate::access_log::AccessLog;
 use crate::acl::Acl;
 use crate::cache::collapse::KeyLocks;
+use crate::fd_limit::Freed;
 use crate::metrics::{Metrics, StoreFigures};
-use crate::origin::Pool;
+use crate::origin::{Pool, PoolLimits};
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
 
@@ -45,6 +46,8 @@ pub struct Shared {
     pub via: HeaderValue,
     /// Requests allowed to wait on origins at once; past this, 503 at once.
     pub origin_slots: Arc<Semaphore>,
+    /// Signalled when a client connection closes (an acceptor out of descriptors waits on it).
+    pub freed: Freed,
 }
 
 impl Shared {
@@ -55,9 +58,12 @@ impl Shared {
         let store: Arc<dyn Storage> =
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
         let pool = Pool::new(
-            settings.origin_pool.max_per_origin,
-            settings.origin_pool.idle_timeout,
-            settings.timeouts.connect,
+            PoolLimits {
+                max_per_origin: settings.origin_pool.max_per_origin,
+                idle_timeout: settings.origin_pool.idle_timeout,
+                connect_timeout: settings.timeouts.connect,
+                max_queue_wait: settings.origin_pool.max_queue_wait,
+            },
             Arc::clone(&metrics),
         );
         let log = AccessLog::open(&settings.log.access)?;
@@ -94,6 +100,7 @@ impl Shared {
             memo: Arc::new(Mutex::new(PassMemo::default())),
             via_name,
             via,
+            freed: Freed::default(),
         })
     }
 

@@ -140,6 +140,47 @@ async fn differing_content_lengths_are_refused_9112_6_3() {
 }
 
 #[tokio::test]
+async fn content_length_past_2_63_is_refused_9112_6_3() {
+    refused(
+        "POST http://ORIGIN/ HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775808\r\n\r\nabc",
+        400,
+    )
+    .await;
+}
+
+/// RFC 9110 §8.6: a list of identical lengths, repeated fields and leading zeros are read as
+/// the one length, and the origin gets that length once, in its plain form: never the field
+/// as the client sent it (an origin reading `3, 3` or `000003` its own way would frame the
+/// body differently).
+#[tokio::test]
+async fn duplicate_and_zero_padded_content_lengths_reach_the_origin_as_one_9110_8_6() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"ok")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let shapes = [
+        "Content-Length: 3, 3",
+        "Content-Length: 000003",
+        "Content-Length: 3\r\nContent-Length: 3",
+        "Content-Length: 003, 3",
+    ];
+    for (i, cl) in shapes.iter().enumerate() {
+        let mut c = trove.client().await;
+        c.send(format!("POST /u HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\nabc").as_bytes())
+            .await;
+        let r = c.read_response(false).await.expect("a response");
+        assert_eq!(r.status, 200, "{cl}");
+        let seen = &origin.seen()[i];
+        let lengths: Vec<&str> = seen
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(lengths, ["3"], "{cl}");
+        assert_eq!(seen.body, b"abc", "{cl}");
+    }
+}
+
+#[tokio::test]
 async fn obs_fold_is_refused_9112_5_2() {
     refused(
         "GET http://ORIGIN/ HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\n\r\n",

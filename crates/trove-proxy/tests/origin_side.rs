@@ -245,3 +245,45 @@ async fn overload_is_shed_with_a_quick_503() {
     assert_eq!(trove.metric(names::SHED), 1.0);
     waiting.abort();
 }
+
+/// An origin's response framing is held to the same rule as a client's request (RFC 9110
+/// §8.6, RFC 9112 §6.3): identical or zero-padded lengths are the one length, sent on once;
+/// a length past 2^63 − 1 (hyper reads up to 2^64 − 3) or a differing list is a 502, and
+/// nothing of that response reaches the client.
+#[tokio::test]
+async fn origin_content_length_is_normalised_or_a_502_9112_6_3() {
+    let origin = Origin::start(|req, _| {
+        let cl = match req.path.as_str() {
+            "/list" => "3, 3",
+            "/padded" => "000003",
+            "/huge" => "9223372036854775808",
+            _ => "3, 4",
+        };
+        Action::Raw(format!("HTTP/1.1 200 OK\r\ncontent-length: {cl}\r\n\r\nabc").into_bytes())
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    for path in ["/list", "/padded"] {
+        let mut c = trove.client().await;
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await;
+        let r = c.read_response(false).await.expect("a response");
+        assert_eq!(r.status, 200, "{path}");
+        let lengths: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(lengths, ["3"], "{path}");
+        assert_eq!(r.body, b"abc", "{path}");
+        // HEAD declares the GET's length, read by the same rule.
+        let r = c.request("HEAD", path, &[]).await;
+        assert_eq!(r.header("content-length"), Some("3"), "HEAD {path}");
+    }
+    for path in ["/huge", "/differing"] {
+        let r = kit::get(&trove, path, &[]).await;
+        assert_eq!(r.status, 502, "{path}");
+        assert!(r.body.len() < 200 && !r.body.ends_with(b"abc"), "{path}");
+    }
+}

@@ -10,7 +10,7 @@ use http::header;
 use http::{HeaderMap, Request, Version};
 use parking_lot::Mutex;
 use trove_cache::memo::PassMemo;
-use trove_cache::{AbortPolicy, Conditionals, Storing};
+use trove_cache::{AbortPolicy, Conditionals, ShedReason, Storing};
 use trove_store::{Body, BodyError, Object, Removal, Storage};
 
 use crate::cache::headers;
@@ -68,8 +68,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         .map_err(|_| OriginError::Protocol("cannot build request"))?
         .into_parts();
     let Ok(_slot) = Arc::clone(&shared.origin_slots).try_acquire_owned() else {
-        shared.metrics.shed.fetch_add(1, Ordering::Relaxed);
-        return Err(OriginError::PoolExhausted);
+        return Err(OriginError::Shed(ShedReason::PendingLimit));
     };
     let t = &shared.settings.timeouts;
     let result = origin::send(
@@ -85,7 +84,11 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         t.origin_body,
     )
     .await;
-    if result.is_err() {
+    // A shed request never reached the origin: it is counted as shed, not as an error.
+    if result
+        .as_ref()
+        .is_err_and(|e| !matches!(e, OriginError::Shed(_)))
+    {
         shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
     }
     result
@@ -201,9 +204,10 @@ pub fn now() -> SystemTime {
     SystemTime::now()
 }
 
-/// The `Content-Length` an origin declared in `h`, if valid.
+/// The `Content-Length` an origin declared in `h`, if valid (`origin::send` has already
+/// refused an invalid one).
 pub fn content_length_header(h: &HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::client::head::parse_length)
+    trove_http::content_length::parse_all(h.get_all(header::CONTENT_LENGTH))
+        .ok()
+        .flatten()
 }

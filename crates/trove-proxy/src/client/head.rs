@@ -160,7 +160,7 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
     }
     let _ = buf.split_to(len);
 
-    let framing = framing(version, &headers)?;
+    let framing = framing(version, &mut headers)?;
     let host_count = headers.get_all(HOST).iter().count();
     if host_count > 1 || (version == Version::HTTP_11 && host_count == 0) {
         return Err(HeadError::Malformed("exactly one Host field is required"));
@@ -181,8 +181,10 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
     }))
 }
 
-/// RFC 9112 §6.3, strictly: anything ambiguous is an error rather than a guess.
-fn framing(version: Version, headers: &HeaderMap) -> Result<Framing, HeadError> {
+/// RFC 9112 §6.3, strictly: anything ambiguous is an error rather than a guess. A valid
+/// `Content-Length` is left in `headers` as one canonical value (`3, 3` and `003` become
+/// `3`), so what goes on to the origin is what was judged here.
+fn framing(version: Version, headers: &mut HeaderMap) -> Result<Framing, HeadError> {
     let has_te = headers.contains_key(TRANSFER_ENCODING);
     let has_cl = headers.contains_key(CONTENT_LENGTH);
     if has_te {
@@ -221,35 +223,18 @@ fn framing(version: Version, headers: &HeaderMap) -> Result<Framing, HeadError> 
             )),
         }
     } else if has_cl {
-        let mut len: Option<u64> = None;
-        for v in headers.get_all(CONTENT_LENGTH) {
-            let s = v
-                .to_str()
-                .map_err(|_| HeadError::Framing("invalid Content-Length"))?;
-            for part in s.split(',') {
-                let n = parse_length(part.trim())
-                    .ok_or(HeadError::Framing("invalid Content-Length"))?;
-                if len.is_some_and(|l| l != n) {
-                    return Err(HeadError::Framing("differing Content-Length values"));
-                }
-                len = Some(n);
-            }
-        }
-        match len {
-            Some(0) | None => Ok(Framing::None),
-            Some(n) => Ok(Framing::Length(n)),
-        }
+        let len = trove_http::content_length::parse_all(headers.get_all(CONTENT_LENGTH))
+            .map_err(|e| HeadError::Framing(e.as_str()))?;
+        let n = len.unwrap_or(0);
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        Ok(if n == 0 {
+            Framing::None
+        } else {
+            Framing::Length(n)
+        })
     } else {
         Ok(Framing::None)
     }
-}
-
-/// Digits only (no sign, no spaces), no overflow.
-pub fn parse_length(s: &str) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 /// HTTP/1.1 persists unless told to close; HTTP/1.0 only with `Connection: keep-alive` or
@@ -343,6 +328,41 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(h.framing, Framing::Length(3));
+    }
+
+    /// RFC 9110 §8.6: a list of one value, repeated fields and leading zeros are read as the
+    /// one length and kept as its canonical form (what is forwarded); a length past 2^63 − 1
+    /// is refused.
+    #[test]
+    fn content_length_is_normalised_or_refused_9110_8_6() {
+        for cl in [
+            "Content-Length: 3, 3",
+            "Content-Length: 000003",
+            "Content-Length: 3\r\nContent-Length: 3",
+        ] {
+            let h = p(&format!("POST / HTTP/1.1\r\nHost: x\r\n{cl}\r\n\r\n"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(h.framing, Framing::Length(3), "{cl}");
+            let values: Vec<_> = h.headers.get_all(CONTENT_LENGTH).iter().collect();
+            assert_eq!(values, ["3"], "{cl}");
+        }
+        let h = p("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 00\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.framing, Framing::None);
+        assert_eq!(h.headers[CONTENT_LENGTH], "0");
+        for big in [
+            "9223372036854775808",
+            "18446744073709551615",
+            "99999999999999999999",
+        ] {
+            let e = p(&format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {big}\r\n\r\n"
+            ))
+            .unwrap_err();
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{big}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Why talking to an origin failed.
 
 use http::StatusCode;
-use trove_cache::OriginFailure;
+use trove_cache::{OriginFailure, ShedReason};
 
 /// Why talking to an origin failed. [`OriginError::status`] is what the client gets.
 #[derive(Debug, thiserror::Error)]
@@ -10,8 +10,8 @@ pub enum OriginError {
     Connect(std::io::Error),
     #[error("origin did not accept the connection in time")]
     ConnectTimeout,
-    #[error("too many connections to this origin")]
-    PoolExhausted,
+    #[error("overloaded: request shed ({})", .0.as_str())]
+    Shed(ShedReason),
     #[error("origin did not answer in time")]
     ResponseTimeout,
     #[error("origin went silent mid-body")]
@@ -33,7 +33,7 @@ impl OriginError {
         match self {
             OriginError::Connect(_) => OriginFailure::ConnectionRefused,
             OriginError::ConnectTimeout => OriginFailure::ConnectionTimeout,
-            OriginError::PoolExhausted => OriginFailure::Overloaded,
+            OriginError::Shed(why) => OriginFailure::Overloaded(*why),
             OriginError::ResponseTimeout | OriginError::BodyTimeout => OriginFailure::Timeout,
             OriginError::Closed => OriginFailure::ConnectionClosed,
             OriginError::Protocol(_) => OriginFailure::ProtocolError,

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode, Version};
+use http::{header, HeaderMap, HeaderValue, Request, StatusCode, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use trove_http::content_length;
 
 use crate::metrics::Metrics;
 pub use crate::origin::error::OriginError;
@@ -150,7 +151,23 @@ pub async fn send(
                     return Err(err);
                 }
                 Ok(Ok(resp)) => {
-                    let (parts, incoming) = resp.into_parts();
+                    let (mut parts, incoming) = resp.into_parts();
+                    // hyper takes lengths up to 2^64 − 3 and keeps the field as it came
+                    // (`3, 3`, `003`): hold it to the proxy's rule, and keep only the value
+                    // judged, so a lying origin gets its client a 502, not a wrong framing.
+                    if parts.headers.contains_key(header::CONTENT_LENGTH) {
+                        match content_length::parse_all(
+                            parts.headers.get_all(header::CONTENT_LENGTH),
+                        ) {
+                            Ok(Some(n)) => {
+                                parts
+                                    .headers
+                                    .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+                            }
+                            Ok(None) => {}
+                            Err(e) => return Err(OriginError::Protocol(e.as_str())),
+                        }
+                    }
                     let declared_length = http_body::Body::size_hint(&incoming).exact();
                     return Ok(OriginResponse {
                         status: parts.status,

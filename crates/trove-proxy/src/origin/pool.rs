@@ -1,7 +1,8 @@
-//! Persistent origin connections, shared by all clients.
+//! Persistent origin connections, shared by all clients, and the bounded queue of requests
+//! waiting for one when an origin has all the connections it may have (see [`OriginQueue`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use trove_cache::ShedReason;
 
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
@@ -29,6 +31,8 @@ pub struct PooledConn {
     pub reused: bool,
     permit: OwnedSemaphorePermit,
     key: Upstream,
+    /// Times the exchange for the origin's service-time estimate, however it ends.
+    _held: Held,
 }
 
 /// How often idle connections are reaped, at most: the idle timeout, if shorter.
@@ -47,40 +51,132 @@ fn reap_period(idle_timeout: Duration) -> Duration {
     }
 }
 
-/// One origin's connection limit, and the signal that one of its connections came back idle.
-type Limit = (Arc<Semaphore>, Arc<Notify>);
+/// One origin's connection limit and the queue of requests waiting at it.
+///
+/// Requests past the limit wait for a connection in turn (tokio's semaphore is fair). The
+/// queue is bounded in time, not length: a request is turned away at once when the queue
+/// ahead of it would take longer than `max_queue_wait` to drain, and turned away when it has
+/// waited that long all the same. The drain rate is estimated from how long connections are
+/// held per exchange (an exponentially weighted mean), so a slow origin gets a short queue
+/// and a fast one a long queue, with no length to tune.
+struct OriginQueue {
+    slots: Arc<Semaphore>,
+    /// Signalled when a connection comes back idle.
+    returned: Notify,
+    /// Requests waiting for a connection right now.
+    waiting: AtomicUsize,
+    /// Mean time a connection is held per exchange, in microseconds; 0 until measured.
+    held_us: AtomicU64,
+}
+
+impl OriginQueue {
+    fn new(limit: usize) -> OriginQueue {
+        OriginQueue {
+            slots: Arc::new(Semaphore::new(limit)),
+            returned: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            held_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Folds one exchange's holding time into the mean (weight 1/8: a few dozen exchanges
+    /// follow a change of pace, one odd exchange moves it little).
+    fn observe_hold(&self, d: Duration) {
+        let sample = (d.as_micros() as u64).max(1);
+        let _ = self
+            .held_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(if old == 0 {
+                    sample
+                } else {
+                    old - old / 8 + sample / 8
+                })
+            });
+    }
+}
+
+/// The expected wait of a request that finds `ahead` requests already queued for an origin
+/// with `limit` connections held `held` each on average: connections come free at
+/// `limit / held` a second, and it needs the `ahead + 1`-th. `None` before any exchange has
+/// been timed.
+fn expected_wait(ahead: usize, limit: usize, held: Duration) -> Option<Duration> {
+    if held.is_zero() || limit == 0 {
+        return None;
+    }
+    let n = (ahead as u32).saturating_add(1);
+    Some(held.saturating_mul(n) / limit.min(u32::MAX as usize) as u32)
+}
+
+/// Times one exchange on a checked-out connection; reports on drop.
+struct Held {
+    since: Instant,
+    queue: Arc<OriginQueue>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.queue.observe_hold(self.since.elapsed());
+    }
+}
+
+/// How a wait in an origin's queue ended well.
+enum Queued {
+    /// A slot for a new connection.
+    Permit(OwnedSemaphorePermit),
+    /// A connection that came back idle.
+    Idle(PooledConn),
+}
+
+/// Counts a request in its origin's queue while it waits.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// See the module docs.
 pub struct Pool {
     idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
-    /// Per origin: the connection limit and a signal that an idle connection came back.
-    limits: Mutex<HashMap<Upstream, Limit>>,
+    /// Per origin: the connection limit and the queue at it.
+    queues: Mutex<HashMap<Upstream, Arc<OriginQueue>>>,
     max_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    max_queue_wait: Duration,
     metrics: Arc<Metrics>,
 }
 
+/// What a [`Pool`] is built with.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolLimits {
+    /// Connections to one origin (idle and busy) at most.
+    pub max_per_origin: usize,
+    /// Idle connections are closed after this long; zero keeps none idle.
+    pub idle_timeout: Duration,
+    /// TCP connect to an origin.
+    pub connect_timeout: Duration,
+    /// Longest a request may wait for a connection when the origin has all it may have;
+    /// past it (or expected past it), the request is shed.
+    pub max_queue_wait: Duration,
+}
+
 impl Pool {
-    /// Must be called inside a tokio runtime (it starts the reaper). A zero `idle_timeout`
-    /// keeps no connection idle.
-    pub fn new(
-        max_per_origin: usize,
-        idle_timeout: Duration,
-        connect_timeout: Duration,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Pool> {
+    /// Must be called inside a tokio runtime (it starts the reaper).
+    pub fn new(limits: PoolLimits, metrics: Arc<Metrics>) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             idle: Mutex::new(HashMap::new()),
-            limits: Mutex::new(HashMap::new()),
-            max_per_origin,
-            idle_timeout,
-            connect_timeout,
+            queues: Mutex::new(HashMap::new()),
+            max_per_origin: limits.max_per_origin,
+            idle_timeout: limits.idle_timeout,
+            connect_timeout: limits.connect_timeout,
+            max_queue_wait: limits.max_queue_wait,
             metrics,
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
-        let mut tick = tokio::time::interval(reap_period(idle_timeout));
+        let mut tick = tokio::time::interval(reap_period(limits.idle_timeout));
         tokio::spawn(async move {
             loop {
                 tick.tick().await;
@@ -100,28 +196,26 @@ impl Pool {
             });
         }
         idle.retain(|_, v| !v.is_empty());
-        // Forget limits of origins with nothing open, so a forward proxy that has talked to
-        // many hosts does not keep an entry for each.
-        self.limits.lock().retain(|key, (sem, _)| {
-            idle.contains_key(key) || sem.available_permits() < self.max_per_origin
+        // Forget queues of origins with nothing open or waiting, so a forward proxy that has
+        // talked to many hosts does not keep an entry for each.
+        self.queues.lock().retain(|key, q| {
+            idle.contains_key(key)
+                || q.slots.available_permits() < self.max_per_origin
+                || q.waiting.load(Ordering::Relaxed) > 0
         });
     }
 
-    fn limit(&self, key: &Upstream) -> Limit {
-        self.limits
-            .lock()
-            .entry(key.clone())
-            .or_insert_with(|| {
-                (
-                    Arc::new(Semaphore::new(self.max_per_origin)),
-                    Arc::new(Notify::new()),
-                )
-            })
-            .clone()
+    fn queue(&self, key: &Upstream) -> Arc<OriginQueue> {
+        Arc::clone(
+            self.queues
+                .lock()
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(OriginQueue::new(self.max_per_origin))),
+        )
     }
 
     /// A usable idle connection to `key`, if any.
-    async fn take_idle(&self, key: &Upstream) -> Option<PooledConn> {
+    async fn take_idle(&self, key: &Upstream, queue: &Arc<OriginQueue>) -> Option<PooledConn> {
         loop {
             let mut c = {
                 let mut idle = self.idle.lock();
@@ -138,38 +232,34 @@ impl Pool {
                     reused: true,
                     permit: c.permit,
                     key: key.clone(),
+                    _held: Held {
+                        since: Instant::now(),
+                        queue: Arc::clone(queue),
+                    },
                 });
             }
         }
     }
 
     /// An idle connection to `key` if one is usable, else a new one. At the per-origin
-    /// limit, waits (up to the connect timeout) for whichever comes first: a connection
-    /// coming back idle, or a slot freed by one closing.
+    /// limit the request queues for whichever comes first, a connection coming back idle
+    /// or a slot freed by one closing, for `max_queue_wait` at most; and it is shed at once
+    /// ([`OriginError::Shed`]) if the queue ahead of it is not expected to drain in time.
     pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
-        let (sem, returned) = self.limit(key);
-        let deadline = tokio::time::Instant::now() + self.connect_timeout;
-        let permit = loop {
-            if let Some(c) = self.take_idle(key).await {
-                return Ok(c);
-            }
-            if let Ok(p) = Arc::clone(&sem).try_acquire_owned() {
-                break p;
-            }
-            let notified = returned.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.idle.lock().get(key).is_some_and(|v| !v.is_empty()) {
-                continue;
-            }
-            tokio::select! {
-                p = Arc::clone(&sem).acquire_owned() => match p {
-                    Ok(p) => break p,
-                    Err(_) => return Err(OriginError::PoolExhausted),
-                },
-                _ = &mut notified => continue,
-                _ = tokio::time::sleep_until(deadline) => return Err(OriginError::PoolExhausted),
-            }
+        let queue = self.queue(key);
+        if let Some(c) = self.take_idle(key, &queue).await {
+            return Ok(c);
+        }
+        let permit = match Arc::clone(&queue.slots).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => match self.wait_in_queue(key, &queue).await? {
+                Queued::Permit(p) => p,
+                Queued::Idle(c) => return Ok(c),
+            },
+        };
+        let held = Held {
+            since: Instant::now(),
+            queue: Arc::clone(&queue),
         };
         let stream = tokio::time::timeout(
             self.connect_timeout,
@@ -197,7 +287,45 @@ impl Pool {
             reused: false,
             permit,
             key: key.clone(),
+            _held: held,
         })
+    }
+
+    /// Waits at `key`'s limit; see [`Pool::checkout`].
+    async fn wait_in_queue(
+        &self,
+        key: &Upstream,
+        queue: &Arc<OriginQueue>,
+    ) -> Result<Queued, OriginError> {
+        let ahead = queue.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&queue.waiting);
+        let held = Duration::from_micros(queue.held_us.load(Ordering::Relaxed));
+        if expected_wait(ahead, self.max_per_origin, held).is_some_and(|w| w > self.max_queue_wait)
+        {
+            return Err(OriginError::Shed(ShedReason::QueueWait));
+        }
+        let deadline = tokio::time::Instant::now() + self.max_queue_wait;
+        loop {
+            let notified = queue.returned.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(c) = self.take_idle(key, queue).await {
+                return Ok(Queued::Idle(c));
+            }
+            if let Ok(p) = Arc::clone(&queue.slots).try_acquire_owned() {
+                return Ok(Queued::Permit(p));
+            }
+            tokio::select! {
+                p = Arc::clone(&queue.slots).acquire_owned() => match p {
+                    Ok(p) => return Ok(Queued::Permit(p)),
+                    Err(_) => return Err(OriginError::Shed(ShedReason::QueueTimeout)),
+                },
+                _ = &mut notified => continue,
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(OriginError::Shed(ShedReason::QueueTimeout))
+                }
+            }
+        }
     }
 
     /// Returns a connection whose exchange is complete, for reuse.
@@ -207,13 +335,13 @@ impl Pool {
         if self.idle_timeout.is_zero() || conn.sender.is_closed() {
             return;
         }
-        let (_, returned) = self.limit(&conn.key);
+        let queue = self.queue(&conn.key);
         self.idle.lock().entry(conn.key).or_default().push(Idle {
             sender: conn.sender,
             permit: conn.permit,
             since: Instant::now(),
         });
-        returned.notify_one();
+        queue.returned.notify_one();
     }
 
     /// Idle connections held, for tests and the status page.
@@ -236,9 +364,12 @@ mod tests {
             port: origin.local_addr().unwrap().port(),
         };
         let pool = Pool::new(
-            4,
-            idle_timeout,
-            Duration::from_secs(5),
+            PoolLimits {
+                max_per_origin: 4,
+                idle_timeout,
+                connect_timeout: Duration::from_secs(5),
+                max_queue_wait: Duration::from_secs(5),
+            },
             Arc::new(Metrics::default()),
         );
         (pool, key, origin)
@@ -265,6 +396,69 @@ mod tests {
         }
         pool.checkin(again);
         assert_eq!(pool.idle_count(), 0);
+    }
+
+    #[test]
+    fn expected_wait_is_the_queue_over_the_drain_rate() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            expected_wait(0, 4, Duration::ZERO),
+            None,
+            "not yet measured"
+        );
+        // 4 connections held 400 ms each free one every 100 ms: the first in line waits
+        // 100 ms, the tenth a second.
+        assert_eq!(expected_wait(0, 4, ms(400)), Some(ms(100)));
+        assert_eq!(expected_wait(9, 4, ms(400)), Some(ms(1000)));
+        assert!(expected_wait(usize::MAX, 1, ms(400)).is_some(), "saturates");
+    }
+
+    #[test]
+    fn hold_time_is_a_weighted_mean() {
+        let q = OriginQueue::new(1);
+        q.observe_hold(Duration::from_millis(800));
+        assert_eq!(
+            q.held_us.load(Ordering::Relaxed),
+            800_000,
+            "first sample taken as is"
+        );
+        q.observe_hold(Duration::ZERO);
+        assert_eq!(q.held_us.load(Ordering::Relaxed), 700_000);
+    }
+
+    /// At the limit, a request waits `max_queue_wait` at most and is then shed; once the
+    /// origin's holding time is known, requests that could not be reached in time are shed
+    /// at once, without waiting.
+    #[tokio::test]
+    async fn a_full_origin_sheds_by_timeout_then_by_estimate() {
+        let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let key = Upstream {
+            host: "127.0.0.1".into(),
+            port: origin.local_addr().unwrap().port(),
+        };
+        let pool = Pool::new(
+            PoolLimits {
+                max_per_origin: 1,
+                idle_timeout: Duration::from_secs(30),
+                connect_timeout: Duration::from_secs(5),
+                max_queue_wait: Duration::from_millis(20),
+            },
+            Arc::new(Metrics::default()),
+        );
+        let busy = pool.checkout(&key).await.unwrap();
+        match pool.checkout(&key).await {
+            Err(OriginError::Shed(ShedReason::QueueTimeout)) => {}
+            other => panic!("expected a queue timeout, got {:?}", other.err()),
+        }
+        // An exchange held far longer than the bound: nobody can be served in time.
+        pool.queue(&key).observe_hold(Duration::from_secs(60));
+        match pool.checkout(&key).await {
+            Err(OriginError::Shed(ShedReason::QueueWait)) => {}
+            other => panic!("expected an immediate shed, got {:?}", other.err()),
+        }
+        assert_eq!(pool.queue(&key).waiting.load(Ordering::Relaxed), 0);
+        drop(busy);
+        assert!(pool.checkout(&key).await.is_ok(), "a free slot is taken");
     }
 
     #[test]
