@@ -41,6 +41,10 @@ pub enum Command {
     Compare(crate::compare::CompareArgs),
     /// Run origin servers only (for robots in another process or on another machine).
     Origin(OriginArgs),
+    /// Offer one path at a constant rate, open loop, and report served rate, p50, p99.
+    Rate(crate::rate::RateArgs),
+    /// An origin that answers every request after a fixed delay (for overload curves).
+    SlowOrigin(crate::rate::SlowOriginArgs),
     /// List the built-in workloads, or print one as TOML to copy and edit.
     Workloads(WorkloadsArgs),
 }
@@ -183,6 +187,8 @@ pub(crate) fn dispatch(args: BenchArgs) -> anyhow::Result<()> {
         Command::Downtime(d) => crate::downtime::run(d),
         Command::Compare(c) => crate::compare::run(c),
         Command::Origin(o) => origin(o),
+        Command::Rate(r) => crate::rate::run(r),
+        Command::SlowOrigin(o) => crate::rate::slow_origin(o),
         Command::Workloads(w) => {
             match w.name {
                 Some(n) => {

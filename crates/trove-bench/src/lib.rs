@@ -13,6 +13,7 @@
 //! - `robot`: the robots, their connections, the arrival process, response checking.
 //! - `stats`, `histogram`: what robots record. `report`, `html`: what users read.
 //! - `proc`, `peers`, `compare`, `downtime`: running proxies as child processes.
+//! - `rate`: one path at a constant rate (overload curves), and a fixed-delay origin.
 //! - `cli`: the `trove bench` subcommands.
 //!
 //! Dependencies are the workspace's: tokio and hyper 1 (client and server connections, used at
@@ -30,6 +31,7 @@ pub mod model;
 pub mod origin;
 pub mod peers;
 pub mod proc;
+pub mod rate;
 pub mod report;
 pub mod robot;
 pub mod stats;
