@@ -304,6 +304,24 @@ impl Settings {
             if !r.path_prefix.starts_with('/') {
                 return Err(format!("origin[{i}].path_prefix: must start with '/'"));
             }
+            if trove_http::target::normal_path(&r.path_prefix).is_none() {
+                return Err(format!(
+                    "origin[{i}].path_prefix: {:?} has a malformed %-escape",
+                    r.path_prefix
+                ));
+            }
+            if r.host != "*" {
+                match trove_http::target::parse_authority(&r.host) {
+                    Ok(a) if a.port.is_none() => {}
+                    Ok(_) => {
+                        return Err(format!(
+                            "origin[{i}].host: {:?}: name the host without a port (routes match any port)",
+                            r.host
+                        ))
+                    }
+                    Err(e) => return Err(format!("origin[{i}].host: {:?}: {e}", r.host)),
+                }
+            }
             for u in &r.upstreams {
                 crate::upstream::Upstream::parse(u)
                     .map_err(|e| format!("origin[{i}].upstreams: {u:?}: {e}"))?;

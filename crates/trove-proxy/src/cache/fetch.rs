@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header;
-use http::{HeaderMap, Request, Version};
+use http::{HeaderMap, HeaderValue, Request, Version};
 use parking_lot::Mutex;
 use trove_cache::memo::PassMemo;
 use trove_cache::{AbortPolicy, Conditionals, Storing};
@@ -47,10 +47,12 @@ pub struct Outgoing<'a> {
 
 /// Sends a request to its target's origin, or sheds it at once when too many wait already.
 pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, OriginError> {
+    let host = HeaderValue::from_str(out.target.url.authority())
+        .map_err(|_| OriginError::Protocol("cannot build request"))?;
     let h = headers::to_origin(
         &shared.via,
         &out.req.headers,
-        &out.target.host,
+        host,
         out.mode,
         out.client_ip,
         out.conditionals,
@@ -58,7 +60,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     );
     let mut builder = Request::builder()
         .method(out.req.method.clone())
-        .uri(out.target.path.as_str())
+        .uri(out.target.url.path_and_query())
         .version(Version::HTTP_11);
     if let Some(hm) = builder.headers_mut() {
         *hm = h;

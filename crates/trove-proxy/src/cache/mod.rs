@@ -4,7 +4,7 @@
 //! send to the origin, fill a stored body in the background, stream the reply.
 //!
 //! ```text
-//! handle ─► resolve (target) ─► entry ─► purge | pass | cacheable
+//! resolve (target, by the connection) ─► handle ─► entry ─► purge | pass | cacheable
 //! cacheable ─► lookup ─► after_lookup ─► serve | revalidate | fetch | only-if-cached
 //! fetch ─► (collapse) ─► send ─► after_fetch ─► store + spawn_fill ─► deliver stored
 //!                                           └─► pass_through ─────► deliver origin
@@ -46,9 +46,10 @@ use collapse::{Collapsed, Leader, Role};
 use fetch::{Outgoing, Retry};
 use target::Target;
 
-/// The URL to print in the access log, as the `Host` a reverse request's origin-form target
-/// is relative to (empty when the target is absolute) and the target, borrowed where it can
-/// be so the hit path builds no string for it.
+/// The URL to print in the access log for a request refused before its target was resolved
+/// (a normalised target prints its key): the `Host` a reverse request's origin-form target
+/// is relative to (empty when the target is absolute) and the raw target. The log sanitises
+/// both.
 pub fn log_url(req: &RequestHead, mode: Mode) -> (&str, std::borrow::Cow<'_, str>) {
     use std::borrow::Cow;
     let target: Cow<'_, str> = match req.target.path_and_query() {
@@ -70,7 +71,7 @@ pub fn log_url(req: &RequestHead, mode: Mode) -> (&str, std::borrow::Cow<'_, str
 struct Ctx<'a> {
     shared: &'a Arc<Shared>,
     req: &'a RequestHead,
-    target: Target,
+    target: &'a Target,
     mode: Mode,
     client_ip: IpAddr,
 }
@@ -85,7 +86,7 @@ impl Ctx<'_> {
     }
 
     fn key(&self) -> &str {
-        &self.target.key
+        self.target.key()
     }
 
     /// A bodyless request for the target to its origin.
@@ -98,7 +99,7 @@ impl Ctx<'_> {
             self.shared,
             Outgoing {
                 req: self.req,
-                target: &self.target,
+                target: self.target,
                 mode: self.mode,
                 client_ip: self.client_ip,
                 conditionals,
@@ -111,24 +112,15 @@ impl Ctx<'_> {
     }
 }
 
-/// Handles one request and returns the reply to write.
+/// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
+/// reply to write.
 pub async fn handle<R: AsyncRead + Unpin>(
     shared: &Arc<Shared>,
     req: &RequestHead,
+    target: &Target,
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
 ) -> Reply {
-    if headers::is_loop(&shared.via_name, &req.headers) {
-        return Reply::simple(
-            StatusCode::LOOP_DETECTED,
-            Outcome::None,
-            "forwarding loop detected",
-        );
-    }
-    let target = match target::resolve(shared, req, info.mode) {
-        Ok(t) => t,
-        Err(reply) => return *reply,
-    };
     let cx = Ctx {
         shared,
         req,
@@ -523,7 +515,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         }
         let core = Request::new(&req.method, &req.headers);
         let max = shared.store.max_object();
-        match respond::after_fetch(core, &target.key, &head, rules, Fwd::Stale, max) {
+        match respond::after_fetch(core, target.key(), &head, rules, Fwd::Stale, max) {
             OnResponse::Store { object, .. } => match shared.store.insert(*object) {
                 Ok(obj) => fetch::spawn_fill(&shared, resp, obj),
                 Err(_) => fetch::discard(resp).await,
@@ -555,7 +547,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         cx.shared,
         Outgoing {
             req: cx.req,
-            target: &cx.target,
+            target: cx.target,
             mode: cx.mode,
             client_ip: cx.client_ip,
             conditionals: Conditionals::Keep,

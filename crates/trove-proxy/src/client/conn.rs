@@ -182,15 +182,29 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
 
         let mut body =
             RequestBody::new(&mut rs, head.framing, shared.settings.timeouts.client_head);
-        let reply = if !info.allowed {
-            Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing()
+        // The target is parsed and normalised once, here; the route, the key, the upstream
+        // request and the log line below all read this one value.
+        let resolved = if info.allowed {
+            crate::cache::target::resolve(&shared, &head, info.mode)
         } else {
-            if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
-                break;
+            Err(Box::new(
+                Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing(),
+            ))
+        };
+        let (target, reply) = match resolved {
+            Err(refusal) => (None, *refusal),
+            Ok(target) => {
+                if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
+                    break;
+                }
+                // Boxed: the state machine's future is large, and an idle connection's task
+                // should not carry its space between requests.
+                let reply = Box::pin(crate::cache::handle(
+                    &shared, &head, &target, info, &mut body,
+                ))
+                .await;
+                (Some(target), reply)
             }
-            // Boxed: the state machine's future is large, and an idle connection's task should
-            // not carry its space between requests.
-            Box::pin(crate::cache::handle(&shared, &head, info, &mut body)).await
         };
         let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
         let keep_alive = head.keep_alive && !reply.close && body_clean;
@@ -210,7 +224,10 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         ))
         .await;
         let sent = w.sent - before;
-        let (url_host, url) = crate::cache::log_url(&head, info.mode);
+        let (url_host, url) = match &target {
+            Some(t) => ("", std::borrow::Cow::Borrowed(t.key())),
+            None => crate::cache::log_url(&head, info.mode),
+        };
         let elapsed = start.elapsed();
         shared.log.log(&LogRecord {
             start: start_wall,
