@@ -22,15 +22,22 @@ pub async fn start(settings: Settings) -> std::io::Result<Running> {
     settings
         .validate()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let shared = Arc::new(Shared::new(settings)?);
-    let mut addrs = Vec::new();
-    for l in &shared.settings.listeners {
+    // Bind every listener first: the destination guard must know their addresses (port 0
+    // is only known once bound) before the first request is accepted.
+    let mut bound = Vec::new();
+    for l in &settings.listeners {
         let listener = TcpListener::bind(l.addr).await.map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.addr))
         })?;
         let addr = listener.local_addr()?;
-        addrs.push((l.mode, addr));
-        tokio::spawn(accept_loop(listener, l.mode, Arc::clone(&shared)));
+        bound.push((listener, l.mode, addr));
+    }
+    let own: Vec<SocketAddr> = bound.iter().map(|(_, _, a)| *a).collect();
+    let shared = Arc::new(Shared::new(settings, &own)?);
+    let mut addrs = Vec::new();
+    for (listener, mode, addr) in bound {
+        addrs.push((mode, addr));
+        tokio::spawn(accept_loop(listener, mode, Arc::clone(&shared)));
     }
     Ok(Running { shared, addrs })
 }

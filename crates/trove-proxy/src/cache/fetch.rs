@@ -16,6 +16,7 @@ use trove_store::{Body, BodyError, Object, Removal, Storage};
 use crate::cache::headers;
 use crate::cache::target::Target;
 use crate::client::head::RequestHead;
+use crate::destination::Reach;
 use crate::metrics::Metrics;
 use crate::origin::{self, abandon, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
@@ -38,6 +39,8 @@ pub struct Outgoing<'a> {
     pub target: &'a Target,
     pub mode: Mode,
     pub client_ip: std::net::IpAddr,
+    /// Whom the origin connection is for (the destination guard's view of the client).
+    pub reach: &'a Reach,
     pub conditionals: Conditionals,
     /// Fields the cache adds (a validation's conditional fields).
     pub extra: Option<&'a HeaderMap>,
@@ -78,6 +81,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         &shared.pool,
         &shared.metrics,
         &out.target.upstreams,
+        out.reach,
         OriginRequest {
             head,
             body: out.body,
@@ -87,7 +91,8 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         t.origin_body,
     )
     .await;
-    if result.is_err() {
+    // A refused destination is no origin error (it has its own counter).
+    if matches!(&result, Err(e) if !matches!(e, OriginError::Refused(_))) {
         shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
     }
     result

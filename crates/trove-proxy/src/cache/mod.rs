@@ -20,7 +20,7 @@ mod headers;
 mod range;
 pub mod target;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,10 +38,12 @@ use trove_store::{Object, ObjectHead, Removal};
 use crate::client::body::RequestBody;
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
+use crate::destination::{Blocked, ClientClass, Reach, Refusal};
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
 use crate::reply::{PassBody, Reply, ReplyBody};
 use crate::settings::Mode;
 use crate::state::Shared;
+use crate::upstream::Chooser;
 use collapse::{Collapsed, Leader, Role};
 use fetch::{Outgoing, Retry};
 use target::Target;
@@ -74,6 +76,8 @@ struct Ctx<'a> {
     target: &'a Target,
     mode: Mode,
     client_ip: IpAddr,
+    /// The client as the destination guard sees it.
+    reach: Reach,
 }
 
 impl Ctx<'_> {
@@ -102,6 +106,7 @@ impl Ctx<'_> {
                 target: self.target,
                 mode: self.mode,
                 client_ip: self.client_ip,
+                reach: &self.reach,
                 conditionals,
                 extra,
                 body: OriginRequestBody::empty(),
@@ -121,19 +126,32 @@ pub async fn handle<R: AsyncRead + Unpin>(
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
 ) -> Reply {
-    let cx = Ctx {
-        shared,
-        req,
-        target,
-        mode: info.mode,
-        client_ip: info.peer.ip(),
-    };
     let body_state = if body.is_done() {
         BodyState::Empty
     } else {
         BodyState::Present
     };
-    match decide::entry(&req.method, body_state) {
+    let entry = decide::entry(&req.method, body_state);
+    let client_ip = info.peer.ip();
+    let class = shared.destinations.class(client_ip);
+    // Anything that may reach the origin, a stored copy of it included, is checked first.
+    // PURGE reaches nothing (its own ACL governs it).
+    let checked = match entry {
+        Entry::Lookup | Entry::Pass => match check_destination(shared, target, class).await {
+            Ok(checked) => checked,
+            Err(refused) => return refused,
+        },
+        Entry::Purge | Entry::RefuseConnect => None,
+    };
+    let cx = Ctx {
+        shared,
+        req,
+        target,
+        mode: info.mode,
+        client_ip,
+        reach: Reach { class, checked },
+    };
+    match entry {
         Entry::Purge => purge(&cx),
         // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
         Entry::RefuseConnect => Reply::simple(
@@ -144,6 +162,49 @@ pub async fn handle<R: AsyncRead + Unpin>(
         Entry::Lookup => cacheable(&cx).await,
         Entry::Pass => pass(&cx, body).await,
     }
+}
+
+/// The destination guard's first look at a client-chosen origin (a forward-proxy request;
+/// an operator's `[[origin]]` route is trusted): notes the client's class, which every
+/// connection made for the request is checked for (`origin::Pool`), and for a client that
+/// is not local resolves and checks the name now, before the cache is consulted, so a
+/// refused client gets no stored copy either (one a local client fetched from a loopback
+/// service, say). The addresses checked here are the ones connected to on a miss: one
+/// resolution per request. A name that does not resolve (or not within the connect
+/// timeout) is left to the connection, which fails as it always did (502 or 504), and a
+/// stored copy may be served meanwhile.
+async fn check_destination(
+    shared: &Shared,
+    target: &Target,
+    class: ClientClass,
+) -> Result<Option<Arc<[SocketAddr]>>, Reply> {
+    if target.upstreams.chooser() == Chooser::Operator || class == ClientClass::Local {
+        return Ok(None);
+    }
+    let Some(up) = target.upstreams.iter().next() else {
+        return Ok(None);
+    };
+    let policy = &shared.destinations;
+    let limit = shared.settings.timeouts.connect;
+    match tokio::time::timeout(limit, policy.resolve(&up.host, up.port, class)).await {
+        Ok(Ok(addrs)) => Ok(Some(addrs.into())),
+        Ok(Err(Blocked::Refused(why))) => {
+            shared.metrics.count_refusal(why);
+            Err(destination_refused(why))
+        }
+        Ok(Err(Blocked::Resolve(_))) | Err(_) => Ok(None),
+    }
+}
+
+/// The reply to a client whose destination the guard refused: 403, logged `TCP_DENIED`
+/// and, like every denial, without `Cache-Status` (the cache took no part).
+fn destination_refused(why: Refusal) -> Reply {
+    tracing::debug!(reason = why.as_str(), "destination refused");
+    Reply::simple(
+        StatusCode::FORBIDDEN,
+        Outcome::Denied,
+        &format!("the proxy will not connect there: {}", why.explain()),
+    )
 }
 
 /// Lookup, then the step the core's verdict calls for.
@@ -366,6 +427,11 @@ fn failed(
     outcome: Outcome,
     e: &OriginError,
 ) -> Reply {
+    if let OriginError::Refused(why) = e {
+        // Refused at connect time (counted there): not an origin failure, so no stale copy
+        // and no 502.
+        return destination_refused(*why);
+    }
     tracing::debug!(error = %e, "origin request failed");
     let now = fetch::now();
     match respond::after_failure(stale, cx.core(), cx.rules(), fwd, outcome, e.failure(), now) {
@@ -483,6 +549,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     };
     let mode = cx.mode;
     let client_ip = cx.client_ip;
+    let reach = cx.reach.clone();
     let target = cx.target.clone();
     tokio::spawn(async move {
         let _busy = busy;
@@ -494,6 +561,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                 target: &target,
                 mode,
                 client_ip,
+                reach: &reach,
                 conditionals: Conditionals::Strip,
                 extra: Some(&cond),
                 body: OriginRequestBody::empty(),
@@ -550,6 +618,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             target: cx.target,
             mode: cx.mode,
             client_ip: cx.client_ip,
+            reach: &cx.reach,
             conditionals: Conditionals::Keep,
             extra: None,
             body: origin_body,

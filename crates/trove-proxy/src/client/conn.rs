@@ -148,16 +148,18 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             let port = head.target.port_u16().unwrap_or(443);
             let url = format!("{host}:{port}");
             let ClientWriter { io: wr, .. } = w;
-            let result = Box::pin(tunnel::run(
-                rs,
-                wr,
-                &host,
-                port,
-                &shared.settings.connect.allowed_ports,
-                shared.settings.timeouts.connect,
-                shared.settings.timeouts.client_idle,
-            ))
-            .await;
+            let class = shared.destinations.class(info.peer.ip());
+            let rules = tunnel::TunnelRules {
+                allowed_ports: &shared.settings.connect.allowed_ports,
+                destinations: &shared.destinations,
+                connect_timeout: shared.settings.timeouts.connect,
+                idle_timeout: shared.settings.timeouts.client_idle,
+            };
+            let result = Box::pin(tunnel::run(rs, wr, &host, port, class, rules)).await;
+            if let Some(why) = result.refused {
+                metrics.count_refusal(why);
+                tracing::info!(client = %info.peer, destination = %url, reason = why.as_str(), "refused a CONNECT destination");
+            }
             let outcome = if result.status == StatusCode::FORBIDDEN {
                 Outcome::Denied
             } else {
@@ -305,7 +307,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let shared = std::sync::Arc::new(crate::state::Shared::new(settings).unwrap());
+        let shared = std::sync::Arc::new(crate::state::Shared::new(settings, &[a]).unwrap());
         let info = super::ConnInfo {
             peer: a,
             mode: crate::settings::Mode::Forward,

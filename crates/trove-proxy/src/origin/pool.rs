@@ -1,4 +1,19 @@
 //! Persistent origin connections, shared by all clients.
+//!
+//! A connection is made here for every origin request, so this is also where the
+//! destination guard (`crate::destination`) stands for a client-chosen origin (a
+//! forward-proxy request): the name is resolved once (or the addresses the request was
+//! already checked with are taken), every address is checked for the client's class, and
+//! the connection goes to exactly those addresses.
+//!
+//! Idle connections are kept per origin *and per who chose it* ([`PoolKey`]): one opened
+//! for an operator's route, one for a local client and one for a remote client are never
+//! handed to one another. A pooled connection goes to an address that passed the checks
+//! for its class when it was opened, and the policy doesn't change while trove runs, so
+//! reusing it within its class needs no new check, whatever the name resolves to by then;
+//! reusing it across classes would let a remote client ride a connection only a local
+//! client could open. The per-origin connection limit stays shared: it protects the
+//! origin, whoever asks.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -11,10 +26,37 @@ use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Reach};
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
-use crate::upstream::Upstream;
+use crate::upstream::{Chooser, Upstream};
+
+/// Who a pooled connection was opened for: connections are reused only within one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Scope {
+    Operator,
+    Client(ClientClass),
+}
+
+/// What idle connections are kept under: the origin and who chose it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    upstream: Upstream,
+    scope: Scope,
+}
+
+impl PoolKey {
+    fn new(upstream: &Upstream, chooser: Chooser, reach: &Reach) -> PoolKey {
+        PoolKey {
+            upstream: upstream.clone(),
+            scope: match chooser {
+                Chooser::Operator => Scope::Operator,
+                Chooser::Client => Scope::Client(reach.class),
+            },
+        }
+    }
+}
 
 struct Idle {
     sender: SendRequest<OriginRequestBody>,
@@ -28,7 +70,7 @@ pub struct PooledConn {
     pub sender: SendRequest<OriginRequestBody>,
     pub reused: bool,
     permit: OwnedSemaphorePermit,
-    key: Upstream,
+    key: PoolKey,
 }
 
 /// How often idle connections are reaped, at most: the idle timeout, if shorter.
@@ -52,13 +94,14 @@ type Limit = (Arc<Semaphore>, Arc<Notify>);
 
 /// See the module docs.
 pub struct Pool {
-    idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
     /// Per origin: the connection limit and a signal that an idle connection came back.
     limits: Mutex<HashMap<Upstream, Limit>>,
     max_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
     metrics: Arc<Metrics>,
+    destinations: Arc<DestinationPolicy>,
 }
 
 impl Pool {
@@ -69,6 +112,7 @@ impl Pool {
         idle_timeout: Duration,
         connect_timeout: Duration,
         metrics: Arc<Metrics>,
+        destinations: Arc<DestinationPolicy>,
     ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             idle: Mutex::new(HashMap::new()),
@@ -77,6 +121,7 @@ impl Pool {
             idle_timeout,
             connect_timeout,
             metrics,
+            destinations,
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
@@ -102,8 +147,9 @@ impl Pool {
         idle.retain(|_, v| !v.is_empty());
         // Forget limits of origins with nothing open, so a forward proxy that has talked to
         // many hosts does not keep an entry for each.
-        self.limits.lock().retain(|key, (sem, _)| {
-            idle.contains_key(key) || sem.available_permits() < self.max_per_origin
+        self.limits.lock().retain(|origin, (sem, _)| {
+            sem.available_permits() < self.max_per_origin
+                || idle.keys().any(|k| k.upstream == *origin)
         });
     }
 
@@ -121,7 +167,7 @@ impl Pool {
     }
 
     /// A usable idle connection to `key`, if any.
-    async fn take_idle(&self, key: &Upstream) -> Option<PooledConn> {
+    async fn take_idle(&self, key: &PoolKey) -> Option<PooledConn> {
         loop {
             let mut c = {
                 let mut idle = self.idle.lock();
@@ -143,11 +189,19 @@ impl Pool {
         }
     }
 
-    /// An idle connection to `key` if one is usable, else a new one. At the per-origin
-    /// limit, waits (up to the connect timeout) for whichever comes first: a connection
-    /// coming back idle, or a slot freed by one closing.
-    pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
-        let (sem, returned) = self.limit(key);
+    /// An idle connection to `upstream` opened for the same chooser (and, for a client's
+    /// choice, the same class of client: `reach`) if one is usable, else a new one, checked
+    /// by the destination guard when the client chose it. At the per-origin limit, waits (up
+    /// to the connect timeout) for whichever comes first: a connection coming back idle, or
+    /// a slot freed by one closing.
+    pub async fn checkout(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<PooledConn, OriginError> {
+        let key = &PoolKey::new(upstream, chooser, reach);
+        let (sem, returned) = self.limit(upstream);
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
         let permit = loop {
             if let Some(c) = self.take_idle(key).await {
@@ -171,13 +225,10 @@ impl Pool {
                 _ = tokio::time::sleep_until(deadline) => return Err(OriginError::PoolExhausted),
             }
         };
-        let stream = tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect((key.host.as_str(), key.port)),
-        )
-        .await
-        .map_err(|_| OriginError::ConnectTimeout)?
-        .map_err(OriginError::Connect)?;
+        let stream =
+            tokio::time::timeout(self.connect_timeout, self.connect(upstream, chooser, reach))
+                .await
+                .map_err(|_| OriginError::ConnectTimeout)??;
         let _ = stream.set_nodelay(true);
         let (sender, conn) = http1::Builder::new()
             .allow_obsolete_multiline_headers_in_responses(true)
@@ -200,6 +251,51 @@ impl Pool {
         })
     }
 
+    /// A new TCP connection to `upstream`: to the name as configured for an operator's
+    /// route; for a client's choice, to addresses the destination guard checked.
+    async fn connect(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<TcpStream, OriginError> {
+        if chooser == Chooser::Operator {
+            return TcpStream::connect((upstream.host.as_str(), upstream.port))
+                .await
+                .map_err(OriginError::Connect);
+        }
+        let class = reach.class;
+        let addrs = match &reach.checked {
+            // Checked when the request arrived; checked again here, where the connection is
+            // made, so no path to a socket skips the guard.
+            Some(addrs) => {
+                for a in addrs.iter() {
+                    if let Err(r) = self.destinations.check(*a, class) {
+                        return Err(self.refused(r));
+                    }
+                }
+                addrs.to_vec()
+            }
+            None => match self
+                .destinations
+                .resolve(&upstream.host, upstream.port, class)
+                .await
+            {
+                Ok(addrs) => addrs,
+                Err(Blocked::Refused(r)) => return Err(self.refused(r)),
+                Err(Blocked::Resolve(e)) => return Err(OriginError::Resolve(e)),
+            },
+        };
+        destination::connect(&addrs)
+            .await
+            .map_err(OriginError::Connect)
+    }
+
+    fn refused(&self, r: destination::Refusal) -> OriginError {
+        self.metrics.count_refusal(r);
+        OriginError::Refused(r)
+    }
+
     /// Returns a connection whose exchange is complete, for reuse.
     pub fn checkin(&self, conn: PooledConn) {
         // With a zero idle timeout it would be stale at once: close it (dropping it frees
@@ -207,7 +303,7 @@ impl Pool {
         if self.idle_timeout.is_zero() || conn.sender.is_closed() {
             return;
         }
-        let (_, returned) = self.limit(&conn.key);
+        let (_, returned) = self.limit(&conn.key.upstream);
         self.idle.lock().entry(conn.key).or_default().push(Idle {
             sender: conn.sender,
             permit: conn.permit,
@@ -240,6 +336,7 @@ mod tests {
             idle_timeout,
             Duration::from_secs(5),
             Arc::new(Metrics::default()),
+            Arc::new(DestinationPolicy::default()),
         );
         (pool, key, origin)
     }
@@ -249,7 +346,10 @@ mod tests {
     #[tokio::test]
     async fn zero_idle_timeout_keeps_nothing_idle_and_does_not_panic() {
         let (pool, key, _origin) = pool_and_origin(Duration::ZERO).await;
-        let conn = pool.checkout(&key).await.unwrap();
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         assert!(!conn.reused);
         pool.checkin(conn);
         assert_eq!(
@@ -257,7 +357,10 @@ mod tests {
             0,
             "nothing is pooled with a zero idle timeout"
         );
-        let again = pool.checkout(&key).await.unwrap();
+        let again = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         assert!(!again.reused);
         // Let the reaper task start (its interval used to panic on a zero period).
         for _ in 0..10 {
@@ -281,9 +384,70 @@ mod tests {
     #[tokio::test]
     async fn nonzero_idle_timeout_still_pools() {
         let (pool, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
-        let conn = pool.checkout(&key).await.unwrap();
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         pool.checkin(conn);
         assert_eq!(pool.idle_count(), 1);
-        assert!(pool.checkout(&key).await.unwrap().reused);
+        assert!(
+            pool.checkout(&key, Chooser::Operator, &anyone())
+                .await
+                .unwrap()
+                .reused
+        );
+    }
+
+    /// An operator's route ignores who the client is.
+    fn anyone() -> Reach {
+        Reach {
+            class: ClientClass::Remote,
+            checked: None,
+        }
+    }
+
+    fn client(class: ClientClass) -> Reach {
+        Reach {
+            class,
+            checked: None,
+        }
+    }
+
+    /// A connection to a loopback origin opened for a local client (or for an operator's
+    /// route) is not handed to a remote client: the remote client's checkout makes its own
+    /// connection, which the guard refuses.
+    #[tokio::test]
+    async fn idle_connections_are_not_shared_across_client_classes() {
+        let (pool, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
+        let local = pool
+            .checkout(&key, Chooser::Client, &client(ClientClass::Local))
+            .await
+            .unwrap();
+        pool.checkin(local);
+        let operator = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        assert!(
+            !operator.reused,
+            "an operator's route never rides a client's connection"
+        );
+        pool.checkin(operator);
+        assert_eq!(pool.idle_count(), 2);
+        match pool
+            .checkout(&key, Chooser::Client, &client(ClientClass::Remote))
+            .await
+        {
+            Err(OriginError::Refused(destination::Refusal::Loopback)) => {}
+            Err(e) => panic!("expected a loopback refusal, got {e}"),
+            Ok(c) => panic!("a remote client got a connection (reused: {})", c.reused),
+        }
+        assert_eq!(pool.idle_count(), 2);
+        assert!(
+            pool.checkout(&key, Chooser::Client, &client(ClientClass::Local))
+                .await
+                .unwrap()
+                .reused
+        );
     }
 }
