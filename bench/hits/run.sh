@@ -360,8 +360,39 @@ settle_cpu() {
     log "WARNING: server CPU still busy 30 s after $1 $2"
 }
 
+# A target's access log, if it writes one to a file.
+access_log_of() {
+    case $1 in
+        origin | nginx | nginx-nopush | nginx-nosendfile | squid | trove) echo "$RUN/$1/access.log" ;;
+        ats) echo "$RUN/ats/log/squid.log" ;;
+        *) echo "" ;;
+    esac
+}
+
+# After a window (and once its CPU has settled, so buffered logs are out): count the cache statuses
+# the target logged (count, status per line) into $RESULTS/status/<target>.txt, then truncate the log. Every
+# server opens its log for appending (O_APPEND), so it goes on writing at the new end. Why: on this
+# VM, writing into pages of memory not touched for a while costs several times what rewriting
+# recently freed ones does (a 2 GB dd into /dev/shm took 0.6 s or 2.9 s, by which pages it got), so
+# logs kept for the whole run made every logging server pay more round after round, and the one
+# logging the most bytes per request (trove, Squid's native format) the most. Truncating after each
+# window gives every round the same conditions. The origin's log is truncated too (its requests
+# are counted by offset within one window).
+drain_log() {
+    local target=$1 file
+    file=$(access_log_of "$target")
+    [[ -n $file && -f $file ]] || return 0
+    mkdir -p "$RESULTS/status"
+    case $target in
+        origin) ;;
+        nginx | nginx-nopush | nginx-nosendfile) tr -d '\0' <"$file" | awk '{ c[$NF]++ } END { for (k in c) print c[k], k }' >>"$RESULTS/status/$target.txt" ;;
+        *) tr -d '\0' <"$file" | awk '{ split($4, a, "/"); c[a[1]]++ } END { for (k in c) print c[k], k }' >>"$RESULTS/status/$target.txt" ;;
+    esac
+    : >"$file"
+}
+
 # One measured window: warm-up, origin count, wrk, origin count, then wait for the server CPU to
-# settle. Appends a line to samples.tsv.
+# settle and drain the target's log. Appends a line to samples.tsv.
 measure() { # target size round label
     local target=$1 size=$2 round=$3 label=$4 port url raw before origin warm
     port=$(port_of "$target" "$size")
@@ -379,6 +410,8 @@ measure() { # target size round label
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$round" "$target" "$size" "$origin" "$warm" >>"$RESULTS/samples.tsv"
     log "$label $target $size: $(awk '/^Requests\/sec/ { print $2 }' "$raw") req/s, origin requests in window: $origin"
     settle_cpu "$target" "$size"
+    drain_log "$target"
+    [[ $target == origin ]] || drain_log origin
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -521,11 +554,12 @@ fi
 
 {
     for target in "${ALL[@]}"; do
-        case $target in
-            nginx | nginx-nopush | nginx-nosendfile) echo "$target: $(awk '{ print $NF }' "$RUN/$target/access.log" | sort | uniq -c | tr '\n' ' ')" ;;
-            squid | trove) echo "$target: $(awk '{ split($4, a, "/"); print a[1] }' "$RUN/$target/access.log" | sort | uniq -c | tr '\n' ' ')" ;;
-            ats) echo "ats: $(awk '{ split($4, a, "/"); print a[1] }' "$RUN/ats/log/squid.log" 2>/dev/null | sort | uniq -c | tr '\n' ' ') (buffered: the last seconds may be missing)" ;;
-        esac
+        [[ $target == origin || $target == ceiling ]] && continue
+        drain_log "$target"
+        [[ -f $RESULTS/status/$target.txt ]] || continue
+        note=""
+        [[ $target == ats ]] && note=" (buffered: the last seconds may be missing)"
+        echo "$target: $(awk '{ c[$2] += $1 } END { for (k in c) print c[k], k }' "$RESULTS/status/$target.txt" | sort -k2 | tr '\n' ' ')$note"
     done
 } >"$RESULTS/audit.txt" 2>/dev/null || true
 for target in "${ALL[@]}"; do collect_logs "$target"; done

@@ -5,7 +5,8 @@ Reads raw.jsonl (one `trove bench rate` result per line, labelled "<target> <str
 <round>") and windows.tsv (origin requests and trove's shed count per window). Per scenario,
 target and offered rate: the median over rounds (min-max) of the served rate (2xx per second),
 its ratio to the target's best served rate in the scenario (its peak), p50 and p99 of the 2xx
-response times (from when each request was due), the failures, the server's CPU use (CPU
+response times (from when each request was due), the failures (with p50 / p99 of the time the
+refusals took), the server's CPU use (CPU
 seconds over the window, of its one core), and for the miss scenario the hits offered
 alongside.
 """
@@ -106,6 +107,11 @@ def main(results):
                     v = med([r[key] for r in rs])
                     if v:
                         fails.append(f"{v:,.0f} {name}")
+                refused = [r for r in rs if r.get("status_503", 0) + r.get("status_other", 0)]
+                if refused:
+                    r50 = med([r["refused_p50_ms"] for r in refused])
+                    r99 = med([r["refused_p99_ms"] for r in refused])
+                    fails.append(f"in {r50:,.0f} / {r99:,.0f} ms")
                 cpu = med([w[2] for w in windows[(scenario, t, rate)]])
                 elapsed = med([r["elapsed_s"] for r in rs])
                 busy = f"{100 * cpu / elapsed:.0f} %" if elapsed else "-"

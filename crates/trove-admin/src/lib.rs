@@ -2,20 +2,35 @@
 //! page for a browser at `/`. Separate from the proxy port so operators can firewall it apart;
 //! loopback by default.
 //!
+//! It has its own ACL (`[admin] allow`, loopback only by default), checked as each
+//! connection is accepted: the proxy's `[access] allow` says who may use the cache, not who
+//! may read its figures. A peer outside it gets one `403 Forbidden` naming the setting and
+//! the connection is closed — rather than a silent close or reset — so an operator whose
+//! scraper is refused sees why at once. Its request head is read first (at most
+//! [`REFUSED_HEAD_TIMEOUT`]) so the 403 answers a request and isn't taken for a stray
+//! response by HTTP clients; nothing it asks for is looked at.
+//!
 //! It is built on hyper's server: this listener is not on the request hot path, and hyper
 //! gives a correct HTTP/1.1 server for it with no code of our own to maintain.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use ipnet::IpNet;
 use tokio::net::TcpListener;
+
+/// How long a refused peer has to send its request head before the connection is closed.
+pub const REFUSED_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a refused peer's connection is kept at all.
+const REFUSED_CONNECTION_LIMIT: Duration = Duration::from_secs(10);
 
 /// What the admin listener shows; provided by the binary, which owns the proxy.
 pub trait Source: Send + Sync + 'static {
@@ -23,32 +38,114 @@ pub trait Source: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// A small HTML status page.
     fn status_page(&self) -> String;
+    /// A connection from `peer` was refused by the ACL (for a counter).
+    fn refused(&self, _peer: SocketAddr) {}
 }
 
-/// Binds `addr` and serves until the runtime stops. Returns the bound address.
-pub async fn serve(addr: SocketAddr, source: Arc<dyn Source>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
+/// Client networks allowed to use the admin listener.
+#[derive(Debug, Clone)]
+pub struct Allow {
+    nets: Vec<IpNet>,
+}
+
+impl Default for Allow {
+    /// Loopback only.
+    fn default() -> Self {
+        Allow::new(vec![
+            "127.0.0.0/8".parse().expect("static"),
+            "::1/128".parse().expect("static"),
+        ])
+    }
+}
+
+impl Allow {
+    pub fn new(nets: Vec<IpNet>) -> Allow {
+        Allow { nets }
+    }
+
+    /// True when `ip` is in one of the networks; an IPv4-mapped IPv6 address (a dual-stack
+    /// listener's view of an IPv4 peer) is checked as IPv4.
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        self.nets.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// A bound admin listener, not yet serving: bound first so its address is known (the
+/// proxy refuses it as a destination) before anything is served.
+pub struct Listener {
+    inner: TcpListener,
+    addr: SocketAddr,
+}
+
+/// Binds `addr`.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<Listener> {
+    let inner = TcpListener::bind(addr)
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-    let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let source = Arc::clone(&source);
-            tokio::spawn(async move {
-                let svc = service_fn(move |req| {
-                    let source = Arc::clone(&source);
-                    async move { Ok::<_, Infallible>(route(&*source, req)) }
+    let addr = inner.local_addr()?;
+    Ok(Listener { inner, addr })
+}
+
+impl Listener {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until the runtime stops: peers `allow` admits get the pages, others a 403.
+    pub fn serve(self, allow: Allow, source: Arc<dyn Source>) {
+        let listener = self.inner;
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off rather than spin.
+                        tracing::warn!(error = %e, "admin accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let source = Arc::clone(&source);
+                if !allow.allows(peer.ip()) {
+                    source.refused(peer);
+                    tracing::info!(client = %peer, "admin connection refused ([admin] allow)");
+                    tokio::spawn(refuse(stream));
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let source = Arc::clone(&source);
+                        async move { Ok::<_, Infallible>(route(&*source, req)) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
+            }
+        });
+    }
+}
+
+/// Answers one request with 403 and closes, within bounded time.
+async fn refuse(stream: tokio::net::TcpStream) {
+    let svc = service_fn(|_req| async {
+        Ok::<_, Infallible>(text(
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "403 Forbidden\nthis address may not use the admin listener ([admin] allow)\n".into(),
+        ))
     });
-    Ok(bound)
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(false)
+        .timer(TokioTimer::new())
+        .header_read_timeout(REFUSED_HEAD_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc);
+    let _ = tokio::time::timeout(REFUSED_CONNECTION_LIMIT, conn).await;
 }
 
 fn route(source: &dyn Source, req: Request<Incoming>) -> Response<Full<Bytes>> {

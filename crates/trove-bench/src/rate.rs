@@ -90,6 +90,9 @@ pub struct RateResult {
     /// The same for every response (2xx, 503 and other statuses alike).
     pub all_p50_ms: f64,
     pub all_p99_ms: f64,
+    /// The same for the responses that were not 2xx (how quickly a refusal came).
+    pub refused_p50_ms: f64,
+    pub refused_p99_ms: f64,
 }
 
 #[derive(Default)]
@@ -97,6 +100,7 @@ struct Tally {
     ok: Histogram,
     last_ok: Option<Instant>,
     all: Histogram,
+    refused: Histogram,
     status_503: u64,
     status_other: u64,
     errors_connect: u64,
@@ -126,7 +130,7 @@ pub fn run(args: RateArgs) -> anyhow::Result<()> {
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, offer(&args));
     println!(
-        "{label} offered {:.0}/s served {:.0}/s ok {} 503 {} other {} connect-err {} closed {} timeouts {} | ok p50 {:.2} ms p99 {:.2} ms max {:.1} ms | all p50 {:.2} ms p99 {:.2} ms",
+        "{label} offered {:.0}/s served {:.0}/s ok {} 503 {} other {} connect-err {} closed {} timeouts {} | ok p50 {:.2} ms p99 {:.2} ms max {:.1} ms | all p50 {:.2} ms p99 {:.2} ms | refused p50 {:.2} ms p99 {:.2} ms",
         result.offered_rate,
         result.served_rate,
         result.ok,
@@ -140,6 +144,8 @@ pub fn run(args: RateArgs) -> anyhow::Result<()> {
         result.ok_max_ms,
         result.all_p50_ms,
         result.all_p99_ms,
+        result.refused_p50_ms,
+        result.refused_p99_ms,
         label = if args.label.is_empty() {
             args.target.to_string()
         } else {
@@ -221,6 +227,8 @@ async fn offer(args: &RateArgs) -> RateResult {
         ok_max_ms: t.ok.max() as f64 / 1000.0,
         all_p50_ms: ms(&t.all, 0.5),
         all_p99_ms: ms(&t.all, 0.99),
+        refused_p50_ms: ms(&t.refused, 0.5),
+        refused_p99_ms: ms(&t.refused, 0.99),
     }
 }
 
@@ -290,8 +298,10 @@ impl One {
                     t.last_ok = Some(Instant::now());
                 } else if status == StatusCode::SERVICE_UNAVAILABLE {
                     t.status_503 += 1;
+                    t.refused.record(us);
                 } else {
                     t.status_other += 1;
+                    t.refused.record(us);
                 }
             }
             Ok(Err(Failure::Connect)) => t.errors_connect += 1,

@@ -383,12 +383,12 @@ pub fn invalidations(
     status: StatusCode,
     resp: &HeaderMap,
 ) -> Vec<String> {
-    let Ok(uri) = key.parse::<http::Uri>() else {
+    let Ok(target) = trove_http::Target::parse(key) else {
         return Vec::new();
     };
-    trove_http::invalidate::invalidation_targets(method, status, &uri, resp)
-        .iter()
-        .map(trove_http::key::cache_key)
+    trove_http::invalidate::invalidation_targets(method, status, &target, resp)
+        .into_iter()
+        .map(trove_http::Target::into_key)
         .collect()
 }
 

@@ -5,7 +5,7 @@
 
 use http::{header, HeaderMap, Method, StatusCode, Uri};
 
-use crate::key::{cache_key, origin};
+use crate::target::Target;
 
 /// True for the safe methods (RFC 9110 §9.2.1). Any other method, including
 /// unknown ones, may change state and triggers invalidation.
@@ -16,51 +16,44 @@ pub fn is_safe_method(method: &Method) -> bool {
     )
 }
 
-/// The URIs whose stored responses must be invalidated after `method` on
-/// `effective_request_uri` got `status` with `resp_headers` (§4.4).
+/// The targets whose stored responses must be invalidated after `method` on `target` got
+/// `status` with `resp_headers` (§4.4).
 ///
 /// Only an unsafe method with a non-error status (2xx or 3xx) invalidates.
-/// Then the target URI always, and the URIs in `Location` and
-/// `Content-Location` (resolved against the target) when they have the same
-/// origin as the target: a different origin could be a denial-of-service
-/// attempt. Duplicates (by [`cache_key`]) are removed.
+/// Then the target always, and the URIs in `Location` and `Content-Location`
+/// (resolved against the target, then normalised like every target) when they have the same
+/// origin as the target: a different origin could be a denial-of-service attempt.
+/// Duplicates are removed.
 pub fn invalidation_targets(
     method: &Method,
     status: StatusCode,
-    effective_request_uri: &Uri,
+    target: &Target,
     resp_headers: &HeaderMap,
-) -> Vec<Uri> {
+) -> Vec<Target> {
     if is_safe_method(method) || !(status.is_success() || status.is_redirection()) {
         return Vec::new();
     }
-    let mut targets = vec![effective_request_uri.clone()];
-    let target_origin = origin(effective_request_uri);
+    let mut targets = vec![target.clone()];
+    let Ok(base) = target.key().parse::<Uri>() else {
+        return targets;
+    };
     for name in [header::LOCATION, header::CONTENT_LOCATION] {
         let mut values = resp_headers.get_all(&name).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
             continue;
         };
-        let Some(uri) = value
+        let Some(other) = value
             .to_str()
             .ok()
-            .and_then(|v| resolve_reference(effective_request_uri, v))
+            .and_then(|v| resolve_reference(&base, v))
+            .and_then(|u| Target::from_absolute(&u).ok())
         else {
             continue;
         };
-        if target_origin.is_some() && origin(&uri) == target_origin {
-            targets.push(uri);
+        if other.origin() == target.origin() && !targets.contains(&other) {
+            targets.push(other);
         }
     }
-    let mut seen = Vec::new();
-    targets.retain(|u| {
-        let k = cache_key(u);
-        if seen.contains(&k) {
-            false
-        } else {
-            seen.push(k);
-            true
-        }
-    });
     targets
 }
 
@@ -146,6 +139,7 @@ fn remove_dot_segments(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::cache_key;
     use http::{HeaderName, HeaderValue};
 
     fn uri(s: &str) -> Uri {
@@ -162,9 +156,10 @@ mod tests {
 
     fn targets(method: Method, status: u16, resp: &HeaderMap) -> Vec<String> {
         let status = StatusCode::from_u16(status).expect("status");
-        invalidation_targets(&method, status, &uri("http://example.com/a/b?x"), resp)
-            .iter()
-            .map(cache_key)
+        let target = Target::parse("http://example.com/a/b?x").expect("target");
+        invalidation_targets(&method, status, &target, resp)
+            .into_iter()
+            .map(Target::into_key)
             .collect()
     }
 
@@ -253,7 +248,7 @@ mod tests {
             ("g#s", "http://a/b/c/g"),
         ];
         for (reference, expected) in cases {
-            let got = resolve_reference(&base, reference).map(|u| cache_key(&u));
+            let got = resolve_reference(&base, reference).and_then(|u| cache_key(&u));
             assert_eq!(got.as_deref(), Some(expected), "{reference:?}");
         }
         assert_eq!(resolve_reference(&uri("/relative"), "g"), None);

@@ -29,8 +29,9 @@
 //! On a miss: [`storable::storability`]. On a hit: [`reuse::reuse`], then
 //! [`validation`] to build the conditional request and merge a 304, and
 //! [`preconditions`] / [`range`] to answer the client. After an unsafe
-//! method: [`invalidate::invalidation_targets`]. Keys: [`key::cache_key`] and
-//! [`vary::variant_key`].
+//! method: [`invalidate::invalidation_targets`]. Request targets:
+//! [`target::Target`], the one parsed, normalised form for routing, keys and the upstream
+//! request. Keys: [`key::cache_key`] and [`vary::variant_key`].
 
 pub mod cache_control;
 pub mod connection;
@@ -46,17 +47,19 @@ pub mod range;
 pub mod reuse;
 mod sf;
 pub mod storable;
+pub mod target;
 pub mod validation;
 pub mod vary;
 
 pub use cache_control::{CacheControl, FieldList};
 pub use freshness::{age_value, current_age, freshness_lifetime, FreshnessLifetime};
 pub use invalidate::invalidation_targets;
-pub use key::{cache_key, effective_uri};
+pub use key::cache_key;
 pub use policy::{effective_response_cc, Policy, CDN_CACHE_CONTROL, TROVE_CACHE_CONTROL};
 pub use preconditions::{not_modified_headers, Precondition};
 pub use range::{content_range, ByteRange, PartialContent, RangeOutcome};
 pub use reuse::{reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse, ValidateReason};
 pub use storable::{storability, NotStorable};
+pub use target::{Target, TargetError};
 pub use validation::{conditional_headers, freshen_headers, selects};
 pub use vary::{variant_key, vary_matches, Vary};

@@ -168,12 +168,27 @@ fn hostile_inputs_never_panic() {
         let _ = range::parse_content_range(&text);
         let _ = range::combinable(&resp, &req);
         let _ = invalidate::resolve_reference(&base, &text);
-        let _ = invalidate::invalidation_targets(&Method::POST, status, &base, &resp);
+        if let Ok(t) = trove_http::Target::from_absolute(&base) {
+            let _ = invalidate::invalidation_targets(&Method::POST, status, &t, &resp);
+        }
         if let Ok(v) = HeaderValue::from_str(&text) {
-            let _ = key::effective_uri("http", Some(&v), &"/x".parse().expect("uri"));
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::HOST, v);
+            for target in ["/x", "*", "http://a/b"] {
+                let _ = trove_http::Target::from_request(
+                    &target.parse().expect("uri"),
+                    &h,
+                    http::Version::HTTP_11,
+                );
+            }
         }
         if let Ok(u) = text.parse::<Uri>() {
             let _ = key::cache_key(&u);
+            if let Ok(t) = trove_http::Target::from_absolute(&u) {
+                // The normal form is a fixed point: normalising it again changes nothing.
+                let again = trove_http::Target::parse(t.key()).expect("a key parses");
+                assert_eq!(again.key(), t.key());
+            }
         }
     }
 }

@@ -6,6 +6,8 @@
 //! [`cache`] runs the state machine (resolve → lookup → hit / revalidate / miss / pass →
 //! deliver), [`origin`] talks to origin servers over pooled connections, [`client::respond`]
 //! writes the reply, and [`access_log`] and [`metrics`] record the [`outcome::Outcome`].
+//! [`destination`] guards every connection whose destination a client chose (forward
+//! requests, CONNECT tunnels) against server-side request forgery.
 //!
 //! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
 //! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks), socket2 (the
@@ -16,6 +18,7 @@ pub mod access_log;
 pub mod acl;
 pub mod cache;
 pub mod client;
+pub mod destination;
 pub mod fd_limit;
 pub mod listener;
 pub mod metrics;

@@ -56,17 +56,24 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     fd_limit::prepare(&settings);
     let backlog = effective_backlog(settings.limits.listen_backlog);
-    let shared = Arc::new(Shared::new(settings)?);
-    let runtime = tokio::runtime::Handle::current();
-    let mut addrs = Vec::new();
-    for l in &shared.settings.listeners {
+    // Bind every listener first: the destination guard must know their addresses (port 0
+    // is only known once bound) before the first request is accepted.
+    let mut bound = Vec::new();
+    for l in &settings.listeners {
         let listener = bind(l.addr, backlog)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.addr)))?;
         let addr = listener.local_addr()?;
-        addrs.push((l.mode, addr));
+        bound.push((listener, l.mode, addr));
+    }
+    let own: Vec<SocketAddr> = bound.iter().map(|(_, _, a)| *a).collect();
+    let shared = Arc::new(Shared::new(settings, &own)?);
+    let runtime = tokio::runtime::Handle::current();
+    let mut addrs = Vec::new();
+    for (listener, mode, addr) in bound {
+        addrs.push((mode, addr));
         let acceptor = Acceptor {
             listener,
-            mode: l.mode,
+            mode,
             shared: Arc::downgrade(&shared),
             runtime: runtime.clone(),
         };

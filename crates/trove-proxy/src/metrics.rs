@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use trove_cache::Outcome;
 
+use crate::destination::Refusal;
+
 /// Metric names, declared once.
 pub mod names {
     pub const REQUESTS: &str = "trove_requests_total";
@@ -34,6 +36,10 @@ pub mod names {
     pub const STORE_REMOVALS: &str = "trove_store_removals_total";
     pub const ORIGIN_BYTES_WASTED: &str = "trove_origin_bytes_wasted_total";
     pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
+    /// Connections the destination guard refused, by `reason` (`destination::Refusal`).
+    pub const DESTINATIONS_REFUSED: &str = "trove_destinations_refused_total";
+    /// Connections to the admin listener from outside `[admin] allow`.
+    pub const ADMIN_REFUSED: &str = "trove_admin_connections_refused_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -100,6 +106,10 @@ pub struct Metrics {
     pub accept_fd_exhausted: AtomicU64,
     /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
     pub origin_bytes_wasted: AtomicU64,
+    /// Destinations refused by the guard, by reason (as `Refusal::ALL`).
+    pub destinations_refused: [AtomicU64; Refusal::ALL.len()],
+    /// Admin connections refused by `[admin] allow`.
+    pub admin_refused: AtomicU64,
 }
 
 /// Store figures, read when rendering.
@@ -135,6 +145,11 @@ impl Metrics {
         }
     }
 
+    /// Counts a destination the guard refused.
+    pub fn count_refusal(&self, why: Refusal) {
+        inc(&self.destinations_refused[why.index()]);
+    }
+
     pub fn count(&self, outcome: Outcome) -> u64 {
         self.by_outcome[outcome.index()].load(Ordering::Relaxed)
     }
@@ -157,7 +172,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 15] = [
+        let counters: [(&str, &str, u64); 16] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -229,6 +244,11 @@ impl Metrics {
                 "Origin body bytes read that no client received (aborted transfers).",
                 g(&self.origin_bytes_wasted),
             ),
+            (
+                names::ADMIN_REFUSED,
+                "Admin listener connections refused ([admin] allow).",
+                g(&self.admin_refused),
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -290,6 +310,15 @@ impl Metrics {
         );
         for why in trove_store::Removal::ALL {
             let n = store.removed[why as usize];
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
+        }
+        let name = names::DESTINATIONS_REFUSED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Connections the destination guard refused, by reason.\n# TYPE {name} counter"
+        );
+        for why in Refusal::ALL {
+            let n = g(&self.destinations_refused[why.index()]);
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
         let name = names::RESPONSE_SECONDS;

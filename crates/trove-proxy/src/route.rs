@@ -1,5 +1,10 @@
 //! Where a request goes: the origin for a forward-proxy request is in its absolute URI; a
-//! reverse-proxy request is matched against the `[[origin]]` routes by Host and path prefix.
+//! reverse-proxy request is matched against the `[[origin]]` routes by host and path prefix.
+//!
+//! Routes are matched against the request's normalised target ([`trove_http::Target`]), never
+//! the raw request line, and a route's own host and prefix are normalised the same way when the
+//! table is built, so `/%61pi/x` is matched as `/api/x` and `Host: Victim.Example.` as
+//! `victim.example`: the route always serves the URL the cache key names.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -27,8 +32,9 @@ impl Routes {
             routes: routes
                 .iter()
                 .map(|r| Route {
-                    host: (r.host != "*").then(|| r.host.to_ascii_lowercase()),
-                    prefix: r.path_prefix.clone(),
+                    host: (r.host != "*").then(|| normal_host(&r.host)),
+                    prefix: trove_http::target::normal_path(&r.path_prefix)
+                        .unwrap_or_else(|| r.path_prefix.clone()),
                     upstreams: r
                         .upstreams
                         .iter()
@@ -44,18 +50,14 @@ impl Routes {
         self.routes.is_empty()
     }
 
-    /// The upstreams for `host` and `path`, in the order to try them: the longest matching
-    /// prefix wins, an exact host beats `*`, and the start rotates for round robin.
+    /// The upstreams for a normalised `host` (without port) and `path`, in the order to try
+    /// them: the longest matching prefix wins, an exact host beats `*`, and the start rotates
+    /// for round robin.
     pub fn select(&self, host: &str, path: &str) -> Option<Upstreams> {
-        let host = strip_port(host);
         let best = self
             .routes
             .iter()
-            .filter(|r| {
-                r.host
-                    .as_deref()
-                    .is_none_or(|h| h.eq_ignore_ascii_case(host))
-            })
+            .filter(|r| r.host.as_deref().is_none_or(|h| h == host))
             .filter(|r| path.starts_with(&r.prefix))
             .max_by_key(|r| (r.prefix.len(), r.host.is_some()))?;
         let n = best.upstreams.len();
@@ -70,14 +72,12 @@ impl Routes {
     }
 }
 
-fn strip_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => host,
-    }
+/// A route's host in the form request targets have (lowercase, no trailing dot, canonical
+/// IP literals); settings validation refused any that does not parse.
+fn normal_host(host: &str) -> String {
+    trove_http::target::parse_authority(host)
+        .map(|a| a.host)
+        .unwrap_or_else(|_| host.to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -113,7 +113,7 @@ mod tests {
             2
         );
         assert_eq!(
-            r.select("Example.COM:8080", "/x")
+            r.select("example.com", "/x")
                 .unwrap()
                 .iter()
                 .next()

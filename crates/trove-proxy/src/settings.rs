@@ -44,6 +44,17 @@ pub struct AccessSettings {
     /// Ports a forward-proxy `http://` request may reach: numbers or `"low-high"` ranges.
     /// Default, like Squid's Safe_ports: 80, 443 and the unprivileged ports.
     pub safe_ports: Vec<String>,
+    /// Client networks counted as local to trove's host: they may make trove connect to
+    /// loopback, link-local and unspecified destinations, which other clients may not (see
+    /// `crate::destination`). Default: loopback only (processes on this host).
+    pub local_clients: Vec<IpNet>,
+    /// Destinations any client may reach despite the destination guard's defaults: networks
+    /// or addresses, optionally with a port or range: `"10.1.2.0/24"`, `"127.0.0.1:8080"`,
+    /// `"[fd00::/8]:443"`. Trove's own listeners, multicast and broadcast stay refused.
+    pub allow_destinations: Vec<String>,
+    /// Also refuse private destinations (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)
+    /// to clients that are not local: for a forward proxy open to a wide network.
+    pub deny_private_destinations: bool,
 }
 
 fn loopback() -> Vec<IpNet> {
@@ -59,6 +70,9 @@ impl Default for AccessSettings {
             allow: loopback(),
             purge: loopback(),
             safe_ports: vec!["80".into(), "443".into(), "1025-65535".into()],
+            local_clients: loopback(),
+            allow_destinations: Vec::new(),
+            deny_private_destinations: false,
         }
     }
 }
@@ -282,6 +296,9 @@ pub struct Settings {
     pub connect: ConnectSettings,
     pub origins: Vec<OriginRoute>,
     pub log: LogSettings,
+    /// Addresses of trove's other listeners (the admin listener), as bound: the destination
+    /// guard refuses them like the proxy's own. Not a config key: the binary fills it in.
+    pub other_listeners: Vec<SocketAddr>,
 }
 
 impl Default for Settings {
@@ -299,6 +316,7 @@ impl Default for Settings {
             connect: ConnectSettings::default(),
             origins: Vec::new(),
             log: LogSettings::default(),
+            other_listeners: Vec::new(),
         }
     }
 }
@@ -318,6 +336,24 @@ impl Settings {
             if !r.path_prefix.starts_with('/') {
                 return Err(format!("origin[{i}].path_prefix: must start with '/'"));
             }
+            if trove_http::target::normal_path(&r.path_prefix).is_none() {
+                return Err(format!(
+                    "origin[{i}].path_prefix: {:?} has a malformed %-escape",
+                    r.path_prefix
+                ));
+            }
+            if r.host != "*" {
+                match trove_http::target::parse_authority(&r.host) {
+                    Ok(a) if a.port.is_none() => {}
+                    Ok(_) => {
+                        return Err(format!(
+                            "origin[{i}].host: {:?}: name the host without a port (routes match any port)",
+                            r.host
+                        ))
+                    }
+                    Err(e) => return Err(format!("origin[{i}].host: {:?}: {e}", r.host)),
+                }
+            }
             for u in &r.upstreams {
                 crate::upstream::Upstream::parse(u)
                     .map_err(|e| format!("origin[{i}].upstreams: {u:?}: {e}"))?;
@@ -328,6 +364,10 @@ impl Settings {
         }
         crate::acl::PortSet::parse(&self.access.safe_ports)
             .map_err(|e| format!("access.safe_ports: {e}"))?;
+        for d in &self.access.allow_destinations {
+            crate::destination::Exception::parse(d)
+                .map_err(|e| format!("access.allow_destinations: {e}"))?;
+        }
         if self.cache.memory < 1 << 20 {
             return Err("cache.memory: at least 1MiB".into());
         }

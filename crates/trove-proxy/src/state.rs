@@ -13,6 +13,7 @@ use trove_store::{MemoryStore, Storage};
 use crate::access_log::AccessLog;
 use crate::acl::Acl;
 use crate::cache::collapse::KeyLocks;
+use crate::destination::DestinationPolicy;
 use crate::fd_limit::Freed;
 use crate::metrics::{Metrics, StoreFigures};
 use crate::origin::{Pool, PoolLimits};
@@ -26,6 +27,8 @@ pub struct Shared {
     pub purge_acl: Acl,
     /// Ports forward-proxy requests may reach.
     pub safe_ports: crate::acl::PortSet,
+    /// Where clients may make trove connect (forward requests and CONNECT tunnels).
+    pub destinations: Arc<DestinationPolicy>,
     pub routes: Routes,
     /// The store, behind the storage interface the cache core is written against.
     pub store: Arc<dyn Storage>,
@@ -52,8 +55,30 @@ pub struct Shared {
 
 impl Shared {
     /// Builds the shared state; must run inside a tokio runtime (the pool starts a reaper).
-    pub fn new(settings: Settings) -> std::io::Result<Shared> {
+    /// `listening` are the proxy's bound listener addresses, which the destination guard
+    /// refuses (with `settings.other_listeners`).
+    pub fn new(settings: Settings, listening: &[std::net::SocketAddr]) -> std::io::Result<Shared> {
         let metrics = Arc::new(Metrics::default());
+        let a = &settings.access;
+        let own = listening
+            .iter()
+            .chain(&settings.other_listeners)
+            .copied()
+            .collect();
+        let destinations = Arc::new(
+            DestinationPolicy::new(
+                &a.local_clients,
+                &a.allow_destinations,
+                a.deny_private_destinations,
+                own,
+            )
+            .map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("access.allow_destinations: {e}"),
+                )
+            })?,
+        );
         let c = &settings.cache;
         let store: Arc<dyn Storage> =
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
@@ -65,6 +90,7 @@ impl Shared {
                 max_queue_wait: settings.origin_pool.max_queue_wait,
             },
             Arc::clone(&metrics),
+            Arc::clone(&destinations),
         );
         let log = AccessLog::open(&settings.log.access)?;
         let base = Policy {
@@ -86,6 +112,7 @@ impl Shared {
             purge_acl: Acl::new(&settings.access.purge),
             safe_ports: crate::acl::PortSet::parse(&settings.access.safe_ports)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+            destinations,
             routes: Routes::new(&settings.origins),
             origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
             settings,

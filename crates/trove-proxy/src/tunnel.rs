@@ -1,6 +1,7 @@
 //! CONNECT tunnels (forward mode): a TCP connection to the named host and port, then bytes
 //! copied both ways until either side closes. Only ports in `connect.allowed_ports` are
-//! reachable, so the proxy can't be used to reach arbitrary services.
+//! reachable, and only addresses the destination guard (`crate::destination`) allows for
+//! this client, so the proxy can't be used to reach arbitrary services.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,31 +12,50 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 
 use crate::client::body::ReadSide;
+use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Refusal};
 
 /// How a tunnel ended, for the log.
 #[derive(Debug)]
 pub struct TunnelResult {
     pub status: StatusCode,
     pub bytes_to_client: u64,
+    /// Set when the destination guard refused the destination (the status is then 403).
+    pub refused: Option<Refusal>,
 }
 
-/// Opens the tunnel and runs it to the end. `rs` may hold bytes the client sent after the
-/// CONNECT head; they go to the server first.
+/// What a tunnel may reach and how long it may take.
+pub struct TunnelRules<'a> {
+    /// `connect.allowed_ports`.
+    pub allowed_ports: &'a [u16],
+    pub destinations: &'a DestinationPolicy,
+    /// Bounds name resolution and the TCP connect together.
+    pub connect_timeout: Duration,
+    /// A tunnel silent both ways this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// Opens the tunnel to `host:port` for a client of `class` and runs it to the end. `rs`
+/// may hold bytes the client sent after the CONNECT head; they go to the server first.
 pub async fn run(
     rs: ReadSide<OwnedReadHalf>,
     mut wr: OwnedWriteHalf,
     host: &str,
     port: u16,
-    allowed_ports: &[u16],
-    connect_timeout: Duration,
-    idle_timeout: Duration,
+    class: ClientClass,
+    rules: TunnelRules<'_>,
 ) -> TunnelResult {
+    let TunnelRules {
+        allowed_ports,
+        destinations,
+        connect_timeout,
+        idle_timeout,
+    } = rules;
     let refuse = |status: StatusCode| TunnelResult {
         status,
         bytes_to_client: 0,
+        refused: None,
     };
     if !allowed_ports.contains(&port) {
         let _ = wr
@@ -43,10 +63,27 @@ pub async fn run(
             .await;
         return refuse(StatusCode::FORBIDDEN);
     }
-    let server = match tokio::time::timeout(connect_timeout, TcpStream::connect((host, port))).await
-    {
+    // Resolve once, check every address, connect to exactly those.
+    let open = async {
+        let addrs = destinations.resolve(host, port, class).await?;
+        destination::connect(&addrs).await.map_err(Blocked::Resolve)
+    };
+    let server = match tokio::time::timeout(connect_timeout, open).await {
         Ok(Ok(s)) => s,
-        Ok(Err(_)) => {
+        Ok(Err(Blocked::Refused(why))) => {
+            let text = format!("403 Forbidden\n{}\n", why.explain());
+            let head = format!(
+                "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                text.len()
+            );
+            let _ = wr.write_all(format!("{head}{text}").as_bytes()).await;
+            return TunnelResult {
+                refused: Some(why),
+                ..refuse(StatusCode::FORBIDDEN)
+            };
+        }
+        // The name did not resolve, or no address accepted: as before the guard.
+        Ok(Err(Blocked::Resolve(_))) => {
             let _ = wr
                 .write_all(
                     b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
@@ -107,6 +144,7 @@ pub async fn run(
     TunnelResult {
         status: StatusCode::OK,
         bytes_to_client: to_client,
+        refused: None,
     }
 }
 

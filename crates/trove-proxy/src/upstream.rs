@@ -1,4 +1,6 @@
-//! One origin server address, as routes and the origin pool name it.
+//! One origin server address, as routes and the origin pool name it, and who chose it.
+
+use std::sync::Arc;
 
 use http::Uri;
 
@@ -43,27 +45,50 @@ impl Upstream {
     }
 }
 
+/// Who chose where a request goes, which decides whether the destination guard
+/// (`crate::destination`) checks the connections made for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Chooser {
+    /// The operator, in an `[[origin]]` route: trusted configuration, never checked.
+    Operator,
+    /// The client (a forward-proxy request names its own origin): every address connected
+    /// to is checked for the client (`destination::Reach`).
+    Client,
+}
+
 /// The origin servers a request may go to, in the order to try them: a shared list and the
 /// position round robin starts from. Cheap to make per request (no copy of the list), so a
 /// hit, which never goes to an origin, costs nothing for it.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
-    list: std::sync::Arc<[Upstream]>,
+    list: Arc<[Upstream]>,
     start: usize,
+    chooser: Chooser,
 }
 
 impl Upstreams {
-    /// Tries `list` in order from `start` (wrapping).
-    pub fn rotated(list: std::sync::Arc<[Upstream]>, start: usize) -> Upstreams {
-        Upstreams { list, start }
+    /// Tries `list` in order from `start` (wrapping): an operator's route.
+    pub fn rotated(list: Arc<[Upstream]>, start: usize) -> Upstreams {
+        Upstreams {
+            list,
+            start,
+            chooser: Chooser::Operator,
+        }
     }
 
-    /// A single origin (a forward-proxy request names its own).
+    /// A single origin that a forward-proxy request names: chosen by the client, so the
+    /// destination guard checks every connection made to it.
     pub fn one(u: Upstream) -> Upstreams {
         Upstreams {
-            list: std::sync::Arc::from(vec![u]),
+            list: Arc::from(vec![u]),
             start: 0,
+            chooser: Chooser::Client,
         }
+    }
+
+    /// Who chose these upstreams.
+    pub fn chooser(&self) -> Chooser {
+        self.chooser
     }
 
     /// The upstreams in the order to try them.

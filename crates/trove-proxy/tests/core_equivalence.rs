@@ -218,7 +218,7 @@ fn run_core(origin_base: &str) -> Vec<(Seen, usize)> {
     for s in steps {
         now += Duration::from_millis(5);
         let url = format!("{origin_base}{}", s.path);
-        let key = trove_http::key::cache_key(&url.parse().unwrap());
+        let key = trove_http::key::cache_key(&url.parse().unwrap()).expect("a valid URL");
         let method = Method::from_bytes(s.method.as_bytes()).unwrap();
         let served = engine.handle(&method, &key, &header_map(&s.headers), now, &mut origin);
         out.push((

@@ -218,12 +218,25 @@ async fn request_headers_reach_the_origin_with_host_and_via() {
     assert!(seen.header("via").unwrap().contains("trove"));
 }
 
+/// A request for trove's own address is refused before any connection is made (the
+/// destination guard: 403); a loop through another proxy comes back carrying trove's own
+/// `Via` name and is answered 508.
 #[tokio::test]
 async fn forwarding_loop_is_detected() {
     let trove = Trove::forward(|_| {}).await;
     let self_url = format!("http://{}/loop", trove.addr);
     let r = kit::get(&trove, &self_url, &[]).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(
+        trove.metric(names::CLIENT_CONNECTIONS),
+        1.0,
+        "no connection to itself"
+    );
+    let origin = Origin::start(|_, _| respond(200, &[], b"")).await;
+    let via = format!("1.1 other-proxy, 1.1 {}", trove.running.shared.via_name);
+    let r = kit::get(&trove, &origin.url("/loop"), &[("via", &via)]).await;
     assert_eq!(r.status, 508);
+    assert_eq!(origin.hits(), 0);
 }
 
 #[tokio::test]

@@ -16,12 +16,19 @@ use trove_proxy::Settings;
 pub struct AdminSettings {
     /// Where `/metrics` and the status page are served; `""` turns the listener off.
     pub listen: String,
+    /// Client networks allowed to use the admin listener (others get a 403). Default:
+    /// loopback only.
+    pub allow: Vec<ipnet::IpNet>,
 }
 
 impl Default for AdminSettings {
     fn default() -> Self {
         AdminSettings {
             listen: "127.0.0.1:9090".into(),
+            allow: vec![
+                "127.0.0.0/8".parse().expect("static"),
+                "::1/128".parse().expect("static"),
+            ],
         }
     }
 }
@@ -99,6 +106,7 @@ impl Config {
             connect: self.connect.clone(),
             origins: self.origin.clone(),
             log: self.log.clone(),
+            other_listeners: Vec::new(),
         }
     }
 }
@@ -169,6 +177,32 @@ mod tests {
             .to_string();
         assert!(e.contains("timeouts.client_idle"), "{e}");
         Config::parse("[cache]\nheuristic_max = \"0s\"\n").unwrap();
+    }
+
+    #[test]
+    fn destination_and_admin_acl_settings_are_checked_by_name() {
+        let c = Config::parse(
+            "[access]\nlocal_clients = []\nallow_destinations = [\"127.0.0.1:8080\", \"[fd00::/8]:443\"]\ndeny_private_destinations = true\n[admin]\nallow = [\"10.0.0.0/24\"]\n",
+        )
+        .unwrap();
+        let s = c.proxy_settings();
+        assert!(s.access.local_clients.is_empty());
+        assert!(s.access.deny_private_destinations);
+        assert_eq!(
+            c.admin.allow,
+            vec!["10.0.0.0/24".parse::<ipnet::IpNet>().unwrap()]
+        );
+        let e = Config::parse("[access]\nallow_destinations = [\"nope\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("access.allow_destinations"), "{e}");
+        let e = Config::parse("[admin]\nallow = [\"everyone\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allow") || e.contains("everyone"), "{e}");
+        let d = Config::parse("").unwrap();
+        assert_eq!(d.admin.allow.len(), 2, "loopback by default");
+        assert_eq!(d.proxy_settings().access.local_clients.len(), 2);
     }
 
     #[test]

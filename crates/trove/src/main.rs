@@ -110,17 +110,34 @@ impl trove_admin::Source for AdminSource {
     fn status_page(&self) -> String {
         trove_proxy::status::page(&self.0)
     }
+
+    fn refused(&self, _peer: std::net::SocketAddr) {
+        self.0
+            .metrics
+            .admin_refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let admin = config.admin_addr()?;
-    let running = trove_proxy::start(config.proxy_settings()).await?;
+    // The admin listener is bound before the proxy starts, so the proxy refuses its address
+    // as a destination from the first request on.
+    let admin = match config.admin_addr()? {
+        Some(addr) => Some(trove_admin::bind(addr).await?),
+        None => None,
+    };
+    let mut settings = config.proxy_settings();
+    settings
+        .other_listeners
+        .extend(admin.as_ref().map(|a| a.local_addr()));
+    let running = trove_proxy::start(settings).await?;
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }
-    if let Some(addr) = admin {
-        let bound =
-            trove_admin::serve(addr, Arc::new(AdminSource(Arc::clone(&running.shared)))).await?;
+    if let Some(admin) = admin {
+        let bound = admin.local_addr();
+        let allow = trove_admin::Allow::new(config.admin.allow.clone());
+        admin.serve(allow, Arc::new(AdminSource(Arc::clone(&running.shared))));
         eprintln!("admin listening {bound}");
     }
     shutdown_signal().await;

@@ -270,3 +270,71 @@ fn zero_origin_pool_idle_timeout_is_refused_at_start_up_without_a_panic() {
     assert!(err.contains("origin_pool.idle_timeout"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// SSRF (issue 7): `GET http://127.0.0.1:<admin>/metrics` through the forward proxy used to
+/// be served; trove's own admin listener is refused as a destination, even to a local
+/// client.
+#[test]
+fn the_admin_listener_is_not_reachable_through_the_forward_proxy() {
+    let trove = start(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess = \"\"\n",
+    );
+    let admin = &trove.admin;
+    let port = admin.rsplit(':').next().unwrap();
+    for url in [
+        format!("http://{admin}/metrics"),
+        format!("http://127.1:{port}/metrics"),
+        format!("http://localhost:{port}/metrics"),
+    ] {
+        let r = request(
+            &trove.proxy,
+            &format!("GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        );
+        assert!(r.starts_with("HTTP/1.1 403"), "{url}: {r}");
+        assert!(!r.contains("trove_requests_total"), "{url}: {r}");
+    }
+    let metrics = request(
+        admin,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        metrics.contains("trove_destinations_refused_total{reason=\"own-listener\"} 3"),
+        "{metrics}"
+    );
+}
+
+/// One request from the local address `from` (e.g. 127.0.0.2); the whole response.
+fn request_from(from: &str, addr: &str, raw: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+        s.write_all(raw.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    })
+}
+
+/// The admin listener has its own ACL: `[admin] allow`, checked on accept.
+#[test]
+fn the_admin_listener_refuses_peers_outside_admin_allow() {
+    let trove = start(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\nallow = [\"127.0.0.1/32\"]\n[log]\naccess = \"\"\n",
+    );
+    let get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let refused = request_from("127.0.0.2", &trove.admin, get);
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(!refused.contains("trove_requests_total"), "{refused}");
+    let allowed = request_from("127.0.0.1", &trove.admin, get);
+    assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
+    assert!(
+        allowed.contains("trove_admin_connections_refused_total 1"),
+        "{allowed}"
+    );
+}

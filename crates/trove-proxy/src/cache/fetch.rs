@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header;
-use http::{HeaderMap, Request, Version};
+use http::{HeaderMap, HeaderValue, Request, Version};
 use parking_lot::Mutex;
 use trove_cache::memo::PassMemo;
 use trove_cache::{AbortPolicy, Conditionals, ShedReason, Storing};
@@ -16,6 +16,7 @@ use trove_store::{Body, BodyError, Object, Removal, Storage};
 use crate::cache::headers;
 use crate::cache::target::Target;
 use crate::client::head::RequestHead;
+use crate::destination::Reach;
 use crate::metrics::Metrics;
 use crate::origin::{self, abandon, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
 use crate::settings::Mode;
@@ -38,6 +39,8 @@ pub struct Outgoing<'a> {
     pub target: &'a Target,
     pub mode: Mode,
     pub client_ip: std::net::IpAddr,
+    /// Whom the origin connection is for (the destination guard's view of the client).
+    pub reach: &'a Reach,
     pub conditionals: Conditionals,
     /// Fields the cache adds (a validation's conditional fields).
     pub extra: Option<&'a HeaderMap>,
@@ -47,10 +50,12 @@ pub struct Outgoing<'a> {
 
 /// Sends a request to its target's origin, or sheds it at once when too many wait already.
 pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, OriginError> {
+    let host = HeaderValue::from_str(out.target.url.authority())
+        .map_err(|_| OriginError::Protocol("cannot build request"))?;
     let h = headers::to_origin(
         &shared.via,
         &out.req.headers,
-        &out.target.host,
+        host,
         out.mode,
         out.client_ip,
         out.conditionals,
@@ -58,7 +63,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     );
     let mut builder = Request::builder()
         .method(out.req.method.clone())
-        .uri(out.target.path.as_str())
+        .uri(out.target.url.path_and_query())
         .version(Version::HTTP_11);
     if let Some(hm) = builder.headers_mut() {
         *hm = h;
@@ -75,6 +80,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         &shared.pool,
         &shared.metrics,
         &out.target.upstreams,
+        out.reach,
         OriginRequest {
             head,
             body: out.body,
@@ -84,11 +90,9 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         t.origin_body,
     )
     .await;
-    // A shed request never reached the origin: it is counted as shed, not as an error.
-    if result
-        .as_ref()
-        .is_err_and(|e| !matches!(e, OriginError::Shed(_)))
-    {
+    // A shed request never reached the origin (it is counted as shed), and a refused
+    // destination has its own counter: neither is an origin error.
+    if matches!(&result, Err(e) if !matches!(e, OriginError::Shed(_) | OriginError::Refused(_))) {
         shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
     }
     result

@@ -15,7 +15,7 @@ use crate::settings::Mode;
 pub fn to_origin(
     via: &HeaderValue,
     client_headers: &HeaderMap,
-    host: &HeaderValue,
+    host: HeaderValue,
     mode: Mode,
     client_ip: IpAddr,
     conditionals: Conditionals,
@@ -27,7 +27,7 @@ pub fn to_origin(
     let mut h = trove_cache::decide::forward_fields(client, conditionals, extra);
     h.remove(header::PROXY_AUTHORIZATION);
     h.remove(header::EXPECT);
-    h.insert(header::HOST, host.clone());
+    h.insert(header::HOST, host);
     h.append(header::VIA, via.clone());
     if mode == Mode::Reverse {
         if let Ok(v) = HeaderValue::from_str(&client_ip.to_string()) {

@@ -4,7 +4,7 @@
 //! send to the origin, fill a stored body in the background, stream the reply.
 //!
 //! ```text
-//! handle ─► resolve (target) ─► entry ─► purge | pass | cacheable
+//! resolve (target, by the connection) ─► handle ─► entry ─► purge | pass | cacheable
 //! cacheable ─► lookup ─► after_lookup ─► serve | revalidate | fetch | only-if-cached
 //! fetch ─► (collapse) ─► send ─► after_fetch ─► store + spawn_fill ─► deliver stored
 //!                                           └─► pass_through ─────► deliver origin
@@ -20,7 +20,7 @@ mod headers;
 mod range;
 pub mod target;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,17 +38,20 @@ use trove_store::{Object, ObjectHead, Removal};
 use crate::client::body::RequestBody;
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
+use crate::destination::{Blocked, ClientClass, Reach, Refusal};
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
 use crate::reply::{PassBody, Reply, ReplyBody};
 use crate::settings::Mode;
 use crate::state::Shared;
+use crate::upstream::Chooser;
 use collapse::{Collapsed, Leader, Role};
 use fetch::{Outgoing, Retry};
 use target::Target;
 
-/// The URL to print in the access log, as the `Host` a reverse request's origin-form target
-/// is relative to (empty when the target is absolute) and the target, borrowed where it can
-/// be so the hit path builds no string for it.
+/// The URL to print in the access log for a request refused before its target was resolved
+/// (a normalised target prints its key): the `Host` a reverse request's origin-form target
+/// is relative to (empty when the target is absolute) and the raw target. The log sanitises
+/// both.
 pub fn log_url(req: &RequestHead, mode: Mode) -> (&str, std::borrow::Cow<'_, str>) {
     use std::borrow::Cow;
     let target: Cow<'_, str> = match req.target.path_and_query() {
@@ -70,9 +73,11 @@ pub fn log_url(req: &RequestHead, mode: Mode) -> (&str, std::borrow::Cow<'_, str
 struct Ctx<'a> {
     shared: &'a Arc<Shared>,
     req: &'a RequestHead,
-    target: Target,
+    target: &'a Target,
     mode: Mode,
     client_ip: IpAddr,
+    /// The client as the destination guard sees it.
+    reach: Reach,
 }
 
 impl Ctx<'_> {
@@ -85,7 +90,7 @@ impl Ctx<'_> {
     }
 
     fn key(&self) -> &str {
-        &self.target.key
+        self.target.key()
     }
 
     /// A bodyless request for the target to its origin.
@@ -98,9 +103,10 @@ impl Ctx<'_> {
             self.shared,
             Outgoing {
                 req: self.req,
-                target: &self.target,
+                target: self.target,
                 mode: self.mode,
                 client_ip: self.client_ip,
+                reach: &self.reach,
                 conditionals,
                 extra,
                 body: OriginRequestBody::empty(),
@@ -111,37 +117,41 @@ impl Ctx<'_> {
     }
 }
 
-/// Handles one request and returns the reply to write.
+/// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
+/// reply to write.
 pub async fn handle<R: AsyncRead + Unpin>(
     shared: &Arc<Shared>,
     req: &RequestHead,
+    target: &Target,
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
 ) -> Reply {
-    if headers::is_loop(&shared.via_name, &req.headers) {
-        return Reply::simple(
-            StatusCode::LOOP_DETECTED,
-            Outcome::None,
-            "forwarding loop detected",
-        );
-    }
-    let target = match target::resolve(shared, req, info.mode) {
-        Ok(t) => t,
-        Err(reply) => return *reply,
+    let body_state = if body.is_done() {
+        BodyState::Empty
+    } else {
+        BodyState::Present
+    };
+    let entry = decide::entry(&req.method, body_state);
+    let client_ip = info.peer.ip();
+    let class = shared.destinations.class(client_ip);
+    // Anything that may reach the origin, a stored copy of it included, is checked first.
+    // PURGE reaches nothing (its own ACL governs it).
+    let checked = match entry {
+        Entry::Lookup | Entry::Pass => match check_destination(shared, target, class).await {
+            Ok(checked) => checked,
+            Err(refused) => return refused,
+        },
+        Entry::Purge | Entry::RefuseConnect => None,
     };
     let cx = Ctx {
         shared,
         req,
         target,
         mode: info.mode,
-        client_ip: info.peer.ip(),
+        client_ip,
+        reach: Reach { class, checked },
     };
-    let body_state = if body.is_done() {
-        BodyState::Empty
-    } else {
-        BodyState::Present
-    };
-    match decide::entry(&req.method, body_state) {
+    match entry {
         Entry::Purge => purge(&cx),
         // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
         Entry::RefuseConnect => Reply::simple(
@@ -152,6 +162,49 @@ pub async fn handle<R: AsyncRead + Unpin>(
         Entry::Lookup => cacheable(&cx).await,
         Entry::Pass => pass(&cx, body).await,
     }
+}
+
+/// The destination guard's first look at a client-chosen origin (a forward-proxy request;
+/// an operator's `[[origin]]` route is trusted): notes the client's class, which every
+/// connection made for the request is checked for (`origin::Pool`), and for a client that
+/// is not local resolves and checks the name now, before the cache is consulted, so a
+/// refused client gets no stored copy either (one a local client fetched from a loopback
+/// service, say). The addresses checked here are the ones connected to on a miss: one
+/// resolution per request. A name that does not resolve (or not within the connect
+/// timeout) is left to the connection, which fails as it always did (502 or 504), and a
+/// stored copy may be served meanwhile.
+async fn check_destination(
+    shared: &Shared,
+    target: &Target,
+    class: ClientClass,
+) -> Result<Option<Arc<[SocketAddr]>>, Reply> {
+    if target.upstreams.chooser() == Chooser::Operator || class == ClientClass::Local {
+        return Ok(None);
+    }
+    let Some(up) = target.upstreams.iter().next() else {
+        return Ok(None);
+    };
+    let policy = &shared.destinations;
+    let limit = shared.settings.timeouts.connect;
+    match tokio::time::timeout(limit, policy.resolve(&up.host, up.port, class)).await {
+        Ok(Ok(addrs)) => Ok(Some(addrs.into())),
+        Ok(Err(Blocked::Refused(why))) => {
+            shared.metrics.count_refusal(why);
+            Err(destination_refused(why))
+        }
+        Ok(Err(Blocked::Resolve(_))) | Err(_) => Ok(None),
+    }
+}
+
+/// The reply to a client whose destination the guard refused: 403, logged `TCP_DENIED`
+/// and, like every denial, without `Cache-Status` (the cache took no part).
+fn destination_refused(why: Refusal) -> Reply {
+    tracing::debug!(reason = why.as_str(), "destination refused");
+    Reply::simple(
+        StatusCode::FORBIDDEN,
+        Outcome::Denied,
+        &format!("the proxy will not connect there: {}", why.explain()),
+    )
 }
 
 /// Lookup, then the step the core's verdict calls for.
@@ -374,6 +427,11 @@ fn failed(
     outcome: Outcome,
     e: &OriginError,
 ) -> Reply {
+    if let OriginError::Refused(why) = e {
+        // Refused at connect time (counted there): not an origin failure, so no stale copy
+        // and no 502.
+        return destination_refused(*why);
+    }
     tracing::debug!(error = %e, "origin request failed");
     let now = fetch::now();
     match respond::after_failure(stale, cx.core(), cx.rules(), fwd, outcome, e.failure(), now) {
@@ -491,6 +549,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     };
     let mode = cx.mode;
     let client_ip = cx.client_ip;
+    let reach = cx.reach.clone();
     let target = cx.target.clone();
     tokio::spawn(async move {
         let _busy = busy;
@@ -502,6 +561,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                 target: &target,
                 mode,
                 client_ip,
+                reach: &reach,
                 conditionals: Conditionals::Strip,
                 extra: Some(&cond),
                 body: OriginRequestBody::empty(),
@@ -523,7 +583,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         }
         let core = Request::new(&req.method, &req.headers);
         let max = shared.store.max_object();
-        match respond::after_fetch(core, &target.key, &head, rules, Fwd::Stale, max) {
+        match respond::after_fetch(core, target.key(), &head, rules, Fwd::Stale, max) {
             OnResponse::Store { object, .. } => match shared.store.insert(*object) {
                 Ok(obj) => fetch::spawn_fill(&shared, resp, obj),
                 Err(_) => fetch::discard(resp).await,
@@ -555,9 +615,10 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         cx.shared,
         Outgoing {
             req: cx.req,
-            target: &cx.target,
+            target: cx.target,
             mode: cx.mode,
             client_ip: cx.client_ip,
+            reach: &cx.reach,
             conditionals: Conditionals::Keep,
             extra: None,
             body: origin_body,

@@ -1,7 +1,13 @@
 //! Step 1 of the request path: where is this request going, and what is its cache key?
+//!
+//! The request line and `Host` are parsed once into a [`trove_http::Target`] (validated and
+//! normalised; see that module for the rules), and everything after reads only that: the
+//! route is chosen by its host and path, the cache key is its key, the upstream request goes
+//! to its path with its authority as `Host`, invalidation and PURGE use its key, and the
+//! access log prints it. No raw form of the target is read again, so the route and the key
+//! cannot disagree.
 
-use http::header::HOST;
-use http::{HeaderValue, StatusCode};
+use http::StatusCode;
 
 use crate::client::head::RequestHead;
 use crate::reply::Reply;
@@ -9,143 +15,89 @@ use crate::route::{Upstream, Upstreams};
 use crate::settings::Mode;
 use crate::state::Shared;
 use trove_cache::Outcome;
+use trove_http::{Target as Url, TargetError};
 
 /// The resolved target of a request.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// The normalised absolute URI: the primary cache key.
-    pub key: String,
+    /// The normalised target URI: the cache key, the upstream request's path and `Host`.
+    pub url: Url,
     /// Origin servers to try, in order.
     pub upstreams: Upstreams,
-    /// `Host` to send to the origin.
-    pub host: HeaderValue,
-    /// The origin-form request target (path and query).
-    pub path: String,
 }
 
-fn authority_key(host: &str, port: Option<u16>) -> String {
-    let host = host.to_ascii_lowercase();
-    match port {
-        Some(p) if p != 80 => format!("{host}:{p}"),
-        _ => host,
-    }
-}
-
-fn split_host(h: &str) -> (String, Option<u16>) {
-    if let Some(rest) = h.strip_prefix('[') {
-        if let Some((inner, after)) = rest.split_once(']') {
-            let port = after.strip_prefix(':').and_then(|p| p.parse().ok());
-            return (format!("[{inner}]"), port);
-        }
-    }
-    match h.rsplit_once(':') {
-        Some((host, p)) if !host.contains(':') => (host.to_string(), p.parse().ok()),
-        _ => (h.to_string(), None),
+impl Target {
+    /// The primary cache key.
+    pub fn key(&self) -> &str {
+        self.url.key()
     }
 }
 
 /// Resolves the request's target, or the reply refusing it.
 pub fn resolve(shared: &Shared, req: &RequestHead, mode: Mode) -> Result<Target, Box<Reply>> {
-    let path = req
-        .target
-        .path_and_query()
-        .map(|p| p.as_str())
-        .filter(|p| !p.is_empty())
-        .unwrap_or("/");
-    let path = if path.starts_with('/') { path } else { "/" };
-    if let Some(scheme) = req.target.scheme_str() {
-        if !scheme.eq_ignore_ascii_case("http") {
-            return Err(Box::new(Reply::simple(
-                StatusCode::NOT_IMPLEMENTED,
-                Outcome::None,
-                "only http:// URLs can be proxied; use CONNECT for https",
-            )));
-        }
-        let host = req.target.host().unwrap_or("");
-        if host.is_empty() {
-            return Err(Box::new(Reply::simple(
-                StatusCode::BAD_REQUEST,
-                Outcome::None,
-                "no host in URL",
-            )));
-        }
-        let port = req.target.port_u16();
-        let authority = authority_key(host, port);
-        let key = key_of(&authority, path);
-        if mode == Mode::Forward {
-            if !shared.safe_ports.contains(port.unwrap_or(80)) {
-                return Err(Box::new(Reply::simple(
-                    StatusCode::FORBIDDEN,
-                    Outcome::Denied,
-                    "this port may not be reached through the proxy ([access] safe_ports)",
-                )));
-            }
-            let upstream = Upstream {
-                host: host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_ascii_lowercase(),
-                port: port.unwrap_or(80),
-            };
-            return Ok(Target {
-                key,
-                upstreams: Upstreams::one(upstream),
-                host: HeaderValue::from_str(&authority).map_err(|_| Box::new(bad_host()))?,
-                path: path.to_string(),
-            });
-        }
-        // A reverse proxy must accept absolute-form too (RFC 9112 §3.2.2) but routes it
-        // like any other request: by host.
-        return route(shared, &authority, path, key);
+    // First: a request that already passed through this cache goes nowhere.
+    if super::headers::is_loop(&shared.via_name, &req.headers) {
+        return Err(refuse(
+            StatusCode::LOOP_DETECTED,
+            Outcome::None,
+            "forwarding loop detected",
+        ));
     }
-    let host = req
-        .headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .trim();
-    if mode == Mode::Forward && shared.routes.is_empty() {
-        return Err(Box::new(Reply::simple(
+    if req.method == http::Method::CONNECT {
+        // Authority-form names no resource; tunnels are the forward listener's service (the
+        // connection handles them before this), never passed on to an origin.
+        return Err(refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            Outcome::None,
+            "CONNECT is not served here",
+        ));
+    }
+    let absolute = req.target.scheme().is_some();
+    if mode == Mode::Forward && !absolute && shared.routes.is_empty() {
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Outcome::None,
             "this is a forward proxy: send an absolute URI (http://host/path)",
-        )));
+        ));
     }
-    if host.is_empty() {
-        return Err(Box::new(bad_host()));
+    let url = Url::from_request(&req.target, &req.headers, req.version).map_err(refused)?;
+    if mode == Mode::Forward && absolute {
+        if !shared.safe_ports.contains(url.port()) {
+            return Err(refuse(
+                StatusCode::FORBIDDEN,
+                Outcome::Denied,
+                "this port may not be reached through the proxy ([access] safe_ports)",
+            ));
+        }
+        let upstream = Upstream {
+            host: url.connect_host().to_string(),
+            port: url.port(),
+        };
+        return Ok(Target {
+            url,
+            upstreams: Upstreams::one(upstream),
+        });
     }
-    let (h, port) = split_host(host);
-    let authority = authority_key(&h, port);
-    let key = key_of(&authority, path);
-    route(shared, &authority, path, key)
-}
-
-fn route(shared: &Shared, authority: &str, path: &str, key: String) -> Result<Target, Box<Reply>> {
-    let Some(upstreams) = shared.routes.select(authority, path) else {
-        return Err(Box::new(Reply::simple(
+    // A reverse proxy accepts absolute-form too (RFC 9112 §3.2.2) and routes it like any
+    // other request: by the target's host and path.
+    let Some(upstreams) = shared.routes.select(url.host(), url.route_path()) else {
+        return Err(refuse(
             StatusCode::MISDIRECTED_REQUEST,
             Outcome::None,
             "no origin is configured for this host and path",
-        )));
+        ));
     };
-    Ok(Target {
-        key,
-        upstreams,
-        host: HeaderValue::from_str(authority).map_err(|_| Box::new(bad_host()))?,
-        path: path.to_string(),
-    })
+    Ok(Target { url, upstreams })
 }
 
-/// The cache key: the normalised absolute URI (RFC 9111 §2), the same whether the request
-/// came in forward (absolute-form) or reverse (Host + path).
-fn key_of(authority: &str, path: &str) -> String {
-    let raw = format!("http://{authority}{path}");
-    match raw.parse::<http::Uri>() {
-        Ok(uri) => trove_http::key::cache_key(&uri),
-        Err(_) => raw,
-    }
+fn refused(e: TargetError) -> Box<Reply> {
+    let status = match e {
+        TargetError::Scheme => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    refuse(status, Outcome::None, e.as_str())
 }
 
-fn bad_host() -> Reply {
-    Reply::simple(StatusCode::BAD_REQUEST, Outcome::None, "invalid Host")
+fn refuse(status: StatusCode, outcome: Outcome, why: &'static str) -> Box<Reply> {
+    Box::new(Reply::simple(status, outcome, why))
 }

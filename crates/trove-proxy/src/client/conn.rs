@@ -148,16 +148,18 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             let port = head.target.port_u16().unwrap_or(443);
             let url = format!("{host}:{port}");
             let ClientWriter { io: wr, .. } = w;
-            let result = Box::pin(tunnel::run(
-                rs,
-                wr,
-                &host,
-                port,
-                &shared.settings.connect.allowed_ports,
-                shared.settings.timeouts.connect,
-                shared.settings.timeouts.client_idle,
-            ))
-            .await;
+            let class = shared.destinations.class(info.peer.ip());
+            let rules = tunnel::TunnelRules {
+                allowed_ports: &shared.settings.connect.allowed_ports,
+                destinations: &shared.destinations,
+                connect_timeout: shared.settings.timeouts.connect,
+                idle_timeout: shared.settings.timeouts.client_idle,
+            };
+            let result = Box::pin(tunnel::run(rs, wr, &host, port, class, rules)).await;
+            if let Some(why) = result.refused {
+                metrics.count_refusal(why);
+                tracing::info!(client = %info.peer, destination = %url, reason = why.as_str(), "refused a CONNECT destination");
+            }
             let outcome = if result.status == StatusCode::FORBIDDEN {
                 Outcome::Denied
             } else {
@@ -182,15 +184,29 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
 
         let mut body =
             RequestBody::new(&mut rs, head.framing, shared.settings.timeouts.client_head);
-        let reply = if !info.allowed {
-            Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing()
+        // The target is parsed and normalised once, here; the route, the key, the upstream
+        // request and the log line below all read this one value.
+        let resolved = if info.allowed {
+            crate::cache::target::resolve(&shared, &head, info.mode)
         } else {
-            if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
-                break;
+            Err(Box::new(
+                Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing(),
+            ))
+        };
+        let (target, reply) = match resolved {
+            Err(refusal) => (None, *refusal),
+            Ok(target) => {
+                if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
+                    break;
+                }
+                // Boxed: the state machine's future is large, and an idle connection's task
+                // should not carry its space between requests.
+                let reply = Box::pin(crate::cache::handle(
+                    &shared, &head, &target, info, &mut body,
+                ))
+                .await;
+                (Some(target), reply)
             }
-            // Boxed: the state machine's future is large, and an idle connection's task should
-            // not carry its space between requests.
-            Box::pin(crate::cache::handle(&shared, &head, info, &mut body)).await
         };
         let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
         let keep_alive = head.keep_alive && !reply.close && body_clean;
@@ -210,7 +226,10 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         ))
         .await;
         let sent = w.sent - before;
-        let (url_host, url) = crate::cache::log_url(&head, info.mode);
+        let (url_host, url) = match &target {
+            Some(t) => ("", std::borrow::Cow::Borrowed(t.key())),
+            None => crate::cache::log_url(&head, info.mode),
+        };
         let elapsed = start.elapsed();
         shared.log.log(&LogRecord {
             start: start_wall,
@@ -288,7 +307,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let shared = std::sync::Arc::new(crate::state::Shared::new(settings).unwrap());
+        let shared = std::sync::Arc::new(crate::state::Shared::new(settings, &[a]).unwrap());
         let info = super::ConnInfo {
             peer: a,
             mode: crate::settings::Mode::Forward,

@@ -3,11 +3,20 @@
 use http::StatusCode;
 use trove_cache::{OriginFailure, ShedReason};
 
+use crate::destination::Refusal;
+
 /// Why talking to an origin failed. [`OriginError::status`] is what the client gets.
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     #[error("cannot connect to origin: {0}")]
     Connect(std::io::Error),
+    /// The origin's name did not resolve (DNS): a failure to reach it, like `Connect`.
+    #[error("cannot resolve the origin's name: {0}")]
+    Resolve(std::io::Error),
+    /// The destination guard refused the destination: the client is answered 403, not as
+    /// an origin failure (no stale-if-error, no failover).
+    #[error("{}", .0.explain())]
+    Refused(Refusal),
     #[error("origin did not accept the connection in time")]
     ConnectTimeout,
     #[error("overloaded: request shed ({})", .0.as_str())]
@@ -23,15 +32,22 @@ pub enum OriginError {
 }
 
 impl OriginError {
-    /// 504 for timeouts, 502 for everything else.
+    /// 403 for a refused destination, 504 for timeouts, 502 for everything else.
     pub fn status(&self) -> StatusCode {
-        trove_cache::respond::failure_status(self.failure())
+        match self {
+            OriginError::Refused(_) => StatusCode::FORBIDDEN,
+            _ => trove_cache::respond::failure_status(self.failure()),
+        }
     }
 
-    /// The failure as the cache core names it.
+    /// The failure as the cache core names it. A refusal is no origin failure and never
+    /// reaches the core (the driver answers it itself); it maps to `ConnectionRefused` only
+    /// so this stays total.
     pub fn failure(&self) -> OriginFailure {
         match self {
-            OriginError::Connect(_) => OriginFailure::ConnectionRefused,
+            OriginError::Connect(_) | OriginError::Resolve(_) | OriginError::Refused(_) => {
+                OriginFailure::ConnectionRefused
+            }
             OriginError::ConnectTimeout => OriginFailure::ConnectionTimeout,
             OriginError::Shed(why) => OriginFailure::Overloaded(*why),
             OriginError::ResponseTimeout | OriginError::BodyTimeout => OriginFailure::Timeout,

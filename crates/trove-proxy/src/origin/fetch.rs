@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use trove_http::content_length;
 
+use crate::destination::Reach;
 use crate::metrics::Metrics;
 pub use crate::origin::error::OriginError;
 use crate::origin::pool::{Pool, PooledConn};
@@ -99,11 +100,13 @@ pub struct OriginRequest {
 }
 
 /// Sends `req` to the first upstream that accepts a connection; `upstreams` are tried in
-/// order on connect failures.
+/// order on connect failures. `reach` says whom the connection is for, if the client chose
+/// the upstream (the destination guard checks it then).
 pub async fn send(
     pool: &Arc<Pool>,
     metrics: &Arc<Metrics>,
     upstreams: &Upstreams,
+    reach: &Reach,
     req: OriginRequest,
     response_timeout: Duration,
     body_timeout: Duration,
@@ -117,9 +120,13 @@ pub async fn send(
     let mut last_err = OriginError::Protocol("no upstream");
     for upstream in upstreams.iter() {
         for attempt in 0..2 {
-            let mut conn = match pool.checkout(upstream).await {
+            let mut conn = match pool.checkout(upstream, upstreams.chooser(), reach).await {
                 Ok(c) => c,
-                Err(e @ (OriginError::Connect(_) | OriginError::ConnectTimeout)) => {
+                Err(
+                    e @ (OriginError::Connect(_)
+                    | OriginError::Resolve(_)
+                    | OriginError::ConnectTimeout),
+                ) => {
                     last_err = e;
                     break; // next upstream
                 }

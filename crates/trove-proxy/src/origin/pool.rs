@@ -1,5 +1,22 @@
-//! Persistent origin connections, shared by all clients, and the bounded queue of requests
-//! waiting for one when an origin has all the connections it may have (see [`OriginQueue`]).
+//! Persistent origin connections, shared by all clients.
+//!
+//! A connection is made here for every origin request, so this is also where the
+//! destination guard (`crate::destination`) stands for a client-chosen origin (a
+//! forward-proxy request): the name is resolved once (or the addresses the request was
+//! already checked with are taken), every address is checked for the client's class, and
+//! the connection goes to exactly those addresses.
+//!
+//! Idle connections are kept per origin *and per who chose it* ([`PoolKey`]): one opened
+//! for an operator's route, one for a local client and one for a remote client are never
+//! handed to one another. A pooled connection goes to an address that passed the checks
+//! for its class when it was opened, and the policy doesn't change while trove runs, so
+//! reusing it within its class needs no new check, whatever the name resolves to by then;
+//! reusing it across classes would let a remote client ride a connection only a local
+//! client could open. The per-origin connection limit stays shared: it protects the
+//! origin, whoever asks.
+//!
+//! Past the per-origin limit, requests wait in a queue bounded in time, and one that cannot
+//! be served within the bound is shed at once (see [`OriginQueue`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,10 +30,37 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use trove_cache::ShedReason;
 
+use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Reach};
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
-use crate::upstream::Upstream;
+use crate::upstream::{Chooser, Upstream};
+
+/// Who a pooled connection was opened for: connections are reused only within one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Scope {
+    Operator,
+    Client(ClientClass),
+}
+
+/// What idle connections are kept under: the origin and who chose it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    upstream: Upstream,
+    scope: Scope,
+}
+
+impl PoolKey {
+    fn new(upstream: &Upstream, chooser: Chooser, reach: &Reach) -> PoolKey {
+        PoolKey {
+            upstream: upstream.clone(),
+            scope: match chooser {
+                Chooser::Operator => Scope::Operator,
+                Chooser::Client => Scope::Client(reach.class),
+            },
+        }
+    }
+}
 
 struct Idle {
     sender: SendRequest<OriginRequestBody>,
@@ -30,7 +74,7 @@ pub struct PooledConn {
     pub sender: SendRequest<OriginRequestBody>,
     pub reused: bool,
     permit: OwnedSemaphorePermit,
-    key: Upstream,
+    key: PoolKey,
     /// Times the exchange for the origin's service-time estimate, however it ends.
     _held: Held,
 }
@@ -138,7 +182,7 @@ impl Drop for Waiting<'_> {
 
 /// See the module docs.
 pub struct Pool {
-    idle: Mutex<HashMap<Upstream, Vec<Idle>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Idle>>>,
     /// Per origin: the connection limit and the queue at it.
     queues: Mutex<HashMap<Upstream, Arc<OriginQueue>>>,
     max_per_origin: usize,
@@ -146,6 +190,7 @@ pub struct Pool {
     connect_timeout: Duration,
     max_queue_wait: Duration,
     metrics: Arc<Metrics>,
+    destinations: Arc<DestinationPolicy>,
 }
 
 /// What a [`Pool`] is built with.
@@ -164,7 +209,11 @@ pub struct PoolLimits {
 
 impl Pool {
     /// Must be called inside a tokio runtime (it starts the reaper).
-    pub fn new(limits: PoolLimits, metrics: Arc<Metrics>) -> Arc<Pool> {
+    pub fn new(
+        limits: PoolLimits,
+        metrics: Arc<Metrics>,
+        destinations: Arc<DestinationPolicy>,
+    ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             idle: Mutex::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
@@ -173,6 +222,7 @@ impl Pool {
             connect_timeout: limits.connect_timeout,
             max_queue_wait: limits.max_queue_wait,
             metrics,
+            destinations,
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
@@ -198,10 +248,10 @@ impl Pool {
         idle.retain(|_, v| !v.is_empty());
         // Forget queues of origins with nothing open or waiting, so a forward proxy that has
         // talked to many hosts does not keep an entry for each.
-        self.queues.lock().retain(|key, q| {
-            idle.contains_key(key)
-                || q.slots.available_permits() < self.max_per_origin
+        self.queues.lock().retain(|origin, q| {
+            q.slots.available_permits() < self.max_per_origin
                 || q.waiting.load(Ordering::Relaxed) > 0
+                || idle.keys().any(|k| k.upstream == *origin)
         });
     }
 
@@ -215,7 +265,7 @@ impl Pool {
     }
 
     /// A usable idle connection to `key`, if any.
-    async fn take_idle(&self, key: &Upstream, queue: &Arc<OriginQueue>) -> Option<PooledConn> {
+    async fn take_idle(&self, key: &PoolKey, queue: &Arc<OriginQueue>) -> Option<PooledConn> {
         loop {
             let mut c = {
                 let mut idle = self.idle.lock();
@@ -241,12 +291,20 @@ impl Pool {
         }
     }
 
-    /// An idle connection to `key` if one is usable, else a new one. At the per-origin
-    /// limit the request queues for whichever comes first, a connection coming back idle
-    /// or a slot freed by one closing, for `max_queue_wait` at most; and it is shed at once
+    /// An idle connection to `upstream` opened for the same chooser (and, for a client's
+    /// choice, the same class of client: `reach`) if one is usable, else a new one, checked
+    /// by the destination guard when the client chose it. At the per-origin limit the
+    /// request queues for whichever comes first, a connection coming back idle or a slot
+    /// freed by one closing, for `max_queue_wait` at most; and it is shed at once
     /// ([`OriginError::Shed`]) if the queue ahead of it is not expected to drain in time.
-    pub async fn checkout(&self, key: &Upstream) -> Result<PooledConn, OriginError> {
-        let queue = self.queue(key);
+    pub async fn checkout(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<PooledConn, OriginError> {
+        let key = &PoolKey::new(upstream, chooser, reach);
+        let queue = self.queue(upstream);
         if let Some(c) = self.take_idle(key, &queue).await {
             return Ok(c);
         }
@@ -261,13 +319,10 @@ impl Pool {
             since: Instant::now(),
             queue: Arc::clone(&queue),
         };
-        let stream = tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect((key.host.as_str(), key.port)),
-        )
-        .await
-        .map_err(|_| OriginError::ConnectTimeout)?
-        .map_err(OriginError::Connect)?;
+        let stream =
+            tokio::time::timeout(self.connect_timeout, self.connect(upstream, chooser, reach))
+                .await
+                .map_err(|_| OriginError::ConnectTimeout)??;
         let _ = stream.set_nodelay(true);
         let (sender, conn) = http1::Builder::new()
             .allow_obsolete_multiline_headers_in_responses(true)
@@ -294,7 +349,7 @@ impl Pool {
     /// Waits at `key`'s limit; see [`Pool::checkout`].
     async fn wait_in_queue(
         &self,
-        key: &Upstream,
+        key: &PoolKey,
         queue: &Arc<OriginQueue>,
     ) -> Result<Queued, OriginError> {
         let ahead = queue.waiting.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +383,51 @@ impl Pool {
         }
     }
 
+    /// A new TCP connection to `upstream`: to the name as configured for an operator's
+    /// route; for a client's choice, to addresses the destination guard checked.
+    async fn connect(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<TcpStream, OriginError> {
+        if chooser == Chooser::Operator {
+            return TcpStream::connect((upstream.host.as_str(), upstream.port))
+                .await
+                .map_err(OriginError::Connect);
+        }
+        let class = reach.class;
+        let addrs = match &reach.checked {
+            // Checked when the request arrived; checked again here, where the connection is
+            // made, so no path to a socket skips the guard.
+            Some(addrs) => {
+                for a in addrs.iter() {
+                    if let Err(r) = self.destinations.check(*a, class) {
+                        return Err(self.refused(r));
+                    }
+                }
+                addrs.to_vec()
+            }
+            None => match self
+                .destinations
+                .resolve(&upstream.host, upstream.port, class)
+                .await
+            {
+                Ok(addrs) => addrs,
+                Err(Blocked::Refused(r)) => return Err(self.refused(r)),
+                Err(Blocked::Resolve(e)) => return Err(OriginError::Resolve(e)),
+            },
+        };
+        destination::connect(&addrs)
+            .await
+            .map_err(OriginError::Connect)
+    }
+
+    fn refused(&self, r: destination::Refusal) -> OriginError {
+        self.metrics.count_refusal(r);
+        OriginError::Refused(r)
+    }
+
     /// Returns a connection whose exchange is complete, for reuse.
     pub fn checkin(&self, conn: PooledConn) {
         // With a zero idle timeout it would be stale at once: close it (dropping it frees
@@ -335,7 +435,7 @@ impl Pool {
         if self.idle_timeout.is_zero() || conn.sender.is_closed() {
             return;
         }
-        let queue = self.queue(&conn.key);
+        let queue = self.queue(&conn.key.upstream);
         self.idle.lock().entry(conn.key).or_default().push(Idle {
             sender: conn.sender,
             permit: conn.permit,
@@ -371,6 +471,7 @@ mod tests {
                 max_queue_wait: Duration::from_secs(5),
             },
             Arc::new(Metrics::default()),
+            Arc::new(DestinationPolicy::default()),
         );
         (pool, key, origin)
     }
@@ -380,7 +481,10 @@ mod tests {
     #[tokio::test]
     async fn zero_idle_timeout_keeps_nothing_idle_and_does_not_panic() {
         let (pool, key, _origin) = pool_and_origin(Duration::ZERO).await;
-        let conn = pool.checkout(&key).await.unwrap();
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         assert!(!conn.reused);
         pool.checkin(conn);
         assert_eq!(
@@ -388,7 +492,10 @@ mod tests {
             0,
             "nothing is pooled with a zero idle timeout"
         );
-        let again = pool.checkout(&key).await.unwrap();
+        let again = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         assert!(!again.reused);
         // Let the reaper task start (its interval used to panic on a zero period).
         for _ in 0..10 {
@@ -444,21 +551,30 @@ mod tests {
                 max_queue_wait: Duration::from_millis(20),
             },
             Arc::new(Metrics::default()),
+            Arc::new(DestinationPolicy::default()),
         );
-        let busy = pool.checkout(&key).await.unwrap();
-        match pool.checkout(&key).await {
+        let busy = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        match pool.checkout(&key, Chooser::Operator, &anyone()).await {
             Err(OriginError::Shed(ShedReason::QueueTimeout)) => {}
             other => panic!("expected a queue timeout, got {:?}", other.err()),
         }
         // An exchange held far longer than the bound: nobody can be served in time.
         pool.queue(&key).observe_hold(Duration::from_secs(60));
-        match pool.checkout(&key).await {
+        match pool.checkout(&key, Chooser::Operator, &anyone()).await {
             Err(OriginError::Shed(ShedReason::QueueWait)) => {}
             other => panic!("expected an immediate shed, got {:?}", other.err()),
         }
         assert_eq!(pool.queue(&key).waiting.load(Ordering::Relaxed), 0);
         drop(busy);
-        assert!(pool.checkout(&key).await.is_ok(), "a free slot is taken");
+        assert!(
+            pool.checkout(&key, Chooser::Operator, &anyone())
+                .await
+                .is_ok(),
+            "a free slot is taken"
+        );
     }
 
     #[test]
@@ -475,9 +591,70 @@ mod tests {
     #[tokio::test]
     async fn nonzero_idle_timeout_still_pools() {
         let (pool, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
-        let conn = pool.checkout(&key).await.unwrap();
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
         pool.checkin(conn);
         assert_eq!(pool.idle_count(), 1);
-        assert!(pool.checkout(&key).await.unwrap().reused);
+        assert!(
+            pool.checkout(&key, Chooser::Operator, &anyone())
+                .await
+                .unwrap()
+                .reused
+        );
+    }
+
+    /// An operator's route ignores who the client is.
+    fn anyone() -> Reach {
+        Reach {
+            class: ClientClass::Remote,
+            checked: None,
+        }
+    }
+
+    fn client(class: ClientClass) -> Reach {
+        Reach {
+            class,
+            checked: None,
+        }
+    }
+
+    /// A connection to a loopback origin opened for a local client (or for an operator's
+    /// route) is not handed to a remote client: the remote client's checkout makes its own
+    /// connection, which the guard refuses.
+    #[tokio::test]
+    async fn idle_connections_are_not_shared_across_client_classes() {
+        let (pool, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
+        let local = pool
+            .checkout(&key, Chooser::Client, &client(ClientClass::Local))
+            .await
+            .unwrap();
+        pool.checkin(local);
+        let operator = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        assert!(
+            !operator.reused,
+            "an operator's route never rides a client's connection"
+        );
+        pool.checkin(operator);
+        assert_eq!(pool.idle_count(), 2);
+        match pool
+            .checkout(&key, Chooser::Client, &client(ClientClass::Remote))
+            .await
+        {
+            Err(OriginError::Refused(destination::Refusal::Loopback)) => {}
+            Err(e) => panic!("expected a loopback refusal, got {e}"),
+            Ok(c) => panic!("a remote client got a connection (reused: {})", c.reused),
+        }
+        assert_eq!(pool.idle_count(), 2);
+        assert!(
+            pool.checkout(&key, Chooser::Client, &client(ClientClass::Local))
+                .await
+                .unwrap()
+                .reused
+        );
     }
 }

@@ -535,6 +535,21 @@ impl Client {
         }
     }
 
+    /// Connects from the local address `from` (port chosen by the system), e.g. `127.0.0.2`
+    /// for a client that the test's settings count as remote.
+    pub async fn connect_from(from: std::net::IpAddr, addr: SocketAddr) -> Client {
+        let socket = match from {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .unwrap();
+        socket.bind(SocketAddr::new(from, 0)).unwrap();
+        Client {
+            stream: socket.connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.unwrap();
     }
