@@ -100,16 +100,28 @@ impl Listener {
     pub fn serve(self, allow: Allow, source: Arc<dyn Source>) {
         let listener = self.inner;
         tokio::spawn(async move {
+            // Out of file descriptors and the like: back off (doubling, up to a second) rather
+            // than spin, and say so once per episode rather than at every retry.
+            let mut backoff: Option<Duration> = None;
             loop {
                 let (stream, peer) = match listener.accept().await {
                     Ok(s) => s,
                     Err(e) => {
-                        // Out of file descriptors and the like: back off rather than spin.
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let wait = match backoff {
+                            None => {
+                                tracing::warn!(error = %e, "admin accept failed; retrying");
+                                Duration::from_millis(10)
+                            }
+                            Some(w) => (w * 2).min(Duration::from_secs(1)),
+                        };
+                        backoff = Some(wait);
+                        tokio::time::sleep(wait).await;
                         continue;
                     }
                 };
+                if backoff.take().is_some() {
+                    tracing::warn!("admin listener accepting again");
+                }
                 let source = Arc::clone(&source);
                 if !allow.allows(peer.ip()) {
                     source.refused(peer);
