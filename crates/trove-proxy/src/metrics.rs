@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use trove_cache::Outcome;
@@ -32,6 +33,7 @@ pub mod names {
     pub const STORE_REMOVALS: &str = "trove_store_removals_total";
     pub const ORIGIN_BYTES_WASTED: &str = "trove_origin_bytes_wasted_total";
     pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
+    pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -94,6 +96,10 @@ pub struct Metrics {
     pub shed: AtomicU64,
     /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
     pub origin_bytes_wasted: AtomicU64,
+    /// Response body bytes held in memory outside the store's budget: bodies streamed to
+    /// clients without being stored, or that left the store while arriving. Shared with
+    /// every such `trove_store::Body` (`Body::set_meter`).
+    pub body_buffered: Arc<AtomicU64>,
 }
 
 /// Store figures, read when rendering.
@@ -216,7 +222,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
-        let gauges: [(&str, &str, i64); 5] = [
+        let gauges: [(&str, &str, i64); 6] = [
             (
                 names::CLIENT_CONNECTIONS_OPEN,
                 "Client connections open.",
@@ -226,6 +232,11 @@ impl Metrics {
                 names::ORIGIN_CONNECTIONS_OPEN,
                 "Origin connections open.",
                 self.origin_open.load(Ordering::Relaxed),
+            ),
+            (
+                names::BODY_BUFFERED,
+                "Response body bytes held in memory outside the store (bodies not being stored).",
+                self.body_buffered.load(Ordering::Relaxed) as i64,
             ),
             (
                 names::STORE_BYTES,

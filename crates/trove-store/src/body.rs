@@ -55,6 +55,10 @@ struct State {
     /// found by the last prune, so pruning costs O(1) amortised per reader and the list
     /// stays proportional to the live readers even when the body is never bounded.
     prune_at: usize,
+    /// Bytes in `chunks`.
+    held: u64,
+    /// Where held bytes are counted once the body is not stored (see [`Body::set_meter`]).
+    meter: Option<Arc<AtomicU64>>,
 }
 
 /// See the module docs.
@@ -78,6 +82,8 @@ impl Body {
                 bounded: None,
                 cursors: Vec::new(),
                 prune_at: PRUNE_MIN,
+                held: 0,
+                meter: None,
             }),
             expected,
             readers_wake: Notify::new(),
@@ -91,6 +97,7 @@ impl Body {
         {
             let mut st = body.state.lock();
             st.len = bytes.len() as u64;
+            st.held = st.len;
             if !bytes.is_empty() {
                 st.starts.push_back(0);
                 st.chunks.push_back(bytes);
@@ -220,6 +227,16 @@ impl Body {
         self.writer_wake.notify_waiters();
     }
 
+    /// Counts the bytes this body holds into `meter` from now until they are released or
+    /// the body is dropped: memory outside the store's budget, for a body that left it.
+    pub fn set_meter(&self, meter: Arc<AtomicU64>) {
+        let mut st = self.state.lock();
+        if st.meter.is_none() {
+            meter.fetch_add(st.held, Ordering::Relaxed);
+            st.meter = Some(meter);
+        }
+    }
+
     /// True once [`Body::set_bounded`] was called.
     pub fn is_bounded(&self) -> bool {
         self.state.lock().bounded.is_some()
@@ -253,6 +270,10 @@ impl State {
     fn push(&mut self, bytes: Bytes) {
         let at = self.len;
         self.len += bytes.len() as u64;
+        self.held += bytes.len() as u64;
+        if let Some(m) = &self.meter {
+            m.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
         self.starts.push_back(at);
         self.chunks.push_back(bytes);
     }
@@ -278,7 +299,12 @@ impl State {
             if end > pos {
                 break;
             }
-            self.chunks.pop_front();
+            if let Some(c) = self.chunks.pop_front() {
+                self.held -= c.len() as u64;
+                if let Some(m) = &self.meter {
+                    m.fetch_sub(c.len() as u64, Ordering::Relaxed);
+                }
+            }
             self.starts.pop_front();
         }
     }
@@ -368,6 +394,15 @@ impl BodyReader {
         self.cursor.store(self.pos, Ordering::Release);
         if bounded {
             self.body.writer_wake.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        if let Some(m) = &st.meter {
+            m.fetch_sub(st.held, Ordering::Relaxed);
         }
     }
 }

@@ -139,6 +139,7 @@ impl Fill<'_> {
                     if !body.is_bounded() && body.len() + n > max {
                         self.store.remove_object(self.obj, Removal::TooLarge);
                         body.set_bounded(self.read_ahead);
+                        body.set_meter(Arc::clone(&self.metrics.body_buffered));
                         // Like a declared length over the limit: later misses for it pass
                         // the client's Range and validators on.
                         self.memo.lock().remember(&self.obj.key, now());
@@ -158,6 +159,7 @@ impl Fill<'_> {
                             // Purged, evicted or replaced mid-transfer: nobody new can find
                             // it, so read no faster than the clients still reading it.
                             body.set_bounded(self.read_ahead);
+                            body.set_meter(Arc::clone(&self.metrics.body_buffered));
                         }
                     }
                 }
