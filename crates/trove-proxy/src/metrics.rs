@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use trove_cache::resume::Detached;
 use trove_cache::Outcome;
 
 /// Metric names, declared once.
@@ -34,6 +35,7 @@ pub mod names {
     pub const ORIGIN_BYTES_WASTED: &str = "trove_origin_bytes_wasted_total";
     pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
     pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
+    pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -100,6 +102,9 @@ pub struct Metrics {
     /// clients without being stored, or that left the store while arriving. Shared with
     /// every such `trove_store::Body` (`Body::set_meter`).
     pub body_buffered: Arc<AtomicU64>,
+    /// Readers detached from a body that left the store, by what became of them (as
+    /// `Detached::ALL`).
+    pub detached: [AtomicU64; Detached::ALL.len()],
 }
 
 /// Store figures, read when rendering.
@@ -129,6 +134,11 @@ impl Metrics {
         } else if !matches!(outcome, Outcome::Denied | Outcome::Tunnel | Outcome::None) {
             self.miss_time.observe(elapsed);
         }
+    }
+
+    /// Counts a reader detached from a shared body.
+    pub fn count_detached(&self, how: Detached) {
+        inc(&self.detached[how as usize]);
     }
 
     pub fn count(&self, outcome: Outcome) -> u64 {
@@ -273,6 +283,15 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
+        }
+        let name = names::READERS_DETACHED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Readers that fell too far behind a body no longer stored, by what became of them.\n# TYPE {name} counter"
+        );
+        for how in Detached::ALL {
+            let n = self.detached[how as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{outcome=\"{}\"}} {n}", how.as_str());
         }
         let name = names::STORE_REMOVALS;
         let _ = writeln!(

@@ -75,10 +75,17 @@ pub struct CacheSettings {
     /// `"s3-fifo"` (default) or `"lru"`.
     #[serde(deserialize_with = "de_eviction")]
     pub eviction: trove_store::EvictionKind,
-    /// How far (bytes) an origin may be read ahead of the slowest client when the response
+    /// How far (bytes) an origin may be read ahead of the fastest client when the response
     /// is not being stored.
     #[serde(deserialize_with = "de_size")]
     pub read_ahead: u64,
+    /// Most bytes of one response body held in memory outside the store (see
+    /// `trove_store::Body`): a body not, or no longer, being stored keeps only this much
+    /// behind the origin, and a client further behind is detached (resumed on a fetch of
+    /// its own, or cut off); a body of unknown length being stored is read at most this
+    /// far ahead of its fastest client. At least `read_ahead`; a unit is required.
+    #[serde(deserialize_with = "de_size_with_unit")]
+    pub stream_buffer: u64,
     /// Heuristic freshness: this fraction of the time since Last-Modified (RFC 9111 §4.2.2).
     pub heuristic_fraction: f64,
     /// Upper bound on heuristic freshness.
@@ -127,6 +134,7 @@ impl Default for CacheSettings {
             max_object: 64 << 20,
             eviction: trove_store::EvictionKind::default(),
             read_ahead: 64 << 10,
+            stream_buffer: 1 << 20,
             heuristic_fraction: 0.1,
             heuristic_max: Duration::from_secs(86_400),
             cookies: trove_cache::CookiePolicy::default(),
@@ -317,6 +325,12 @@ impl Settings {
         if self.cache.memory < 1 << 20 {
             return Err("cache.memory: at least 1MiB".into());
         }
+        if self.cache.stream_buffer == 0 {
+            return Err("cache.stream_buffer: must be greater than 0".into());
+        }
+        if self.cache.stream_buffer < self.cache.read_ahead {
+            return Err("cache.stream_buffer: at least cache.read_ahead".into());
+        }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return Err("cache.heuristic_fraction: must be between 0 and 1".into());
         }
@@ -406,6 +420,18 @@ fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         NumOrStr::Num(n) => Ok(n),
         NumOrStr::Str(s) => parse_size(&s).map_err(serde::de::Error::custom),
     }
+}
+
+/// Like `de_size`, but a bare number is refused: newer keys must say their unit.
+fn de_size_with_unit<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("give a size with its unit, e.g. \"1MiB\""))?;
+    if s.trim().ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(serde::de::Error::custom(format!(
+            "size {s:?} needs a unit (B, KiB, MiB, GiB)"
+        )));
+    }
+    parse_size(&s).map_err(serde::de::Error::custom)
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

@@ -171,6 +171,35 @@ mod tests {
         Config::parse("[cache]\nheuristic_max = \"0s\"\n").unwrap();
     }
 
+    /// Newer size and duration keys need their unit, and refuse zero, naming the key.
+    #[test]
+    fn stream_buffer_needs_a_unit_and_room_for_the_read_ahead() {
+        let e = Config::parse("[cache]\nstream_buffer = 1048576\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stream_buffer") && e.contains("unit"), "{e}");
+        let e = Config::parse("[cache]\nstream_buffer = \"1048576\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stream_buffer") && e.contains("unit"), "{e}");
+        let e = Config::parse("[cache]\nstream_buffer = \"0MiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cache.stream_buffer") && e.contains("greater than 0"),
+            "{e}"
+        );
+        let e = Config::parse("[cache]\nstream_buffer = \"32KiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cache.stream_buffer") && e.contains("read_ahead"),
+            "{e}"
+        );
+        let c = Config::parse("[cache]\nstream_buffer = \"4MiB\"\n").unwrap();
+        assert_eq!(c.proxy_settings().cache.stream_buffer, 4 << 20);
+    }
+
     #[test]
     fn the_example_config_is_valid() {
         Config::parse(EXAMPLE).unwrap();

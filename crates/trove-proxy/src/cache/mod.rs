@@ -29,6 +29,7 @@ use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::io::AsyncRead;
 use trove_cache::decide::{self, BodyState};
 use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
+use trove_cache::resume;
 use trove_cache::{
     lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
     ResponseHead, Rules, CACHE_STATUS,
@@ -39,7 +40,7 @@ use crate::client::body::RequestBody;
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
-use crate::reply::{PassBody, Reply, ReplyBody};
+use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
 use collapse::{Collapsed, Leader, Role};
@@ -209,7 +210,54 @@ fn hit(
     now: SystemTime,
 ) -> Reply {
     cx.shared.store.touch(obj);
-    deliver::stored(obj, cx.core(), now, outcome, status, None)
+    deliver::stored(obj, cx.core(), now, outcome, status, None).with_detach(|| detach(cx, obj))
+}
+
+/// What to do if this client falls too far behind `obj`'s body after it has left the store
+/// (see `trove_store::Body`): go on with a fetch of its own for the rest when the response
+/// has a strong validator (`trove_cache::resume`), else cut the client off.
+fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
+    let metrics = Arc::clone(&cx.shared.metrics);
+    let Some(validator) = resume::validator(&obj.head.headers) else {
+        return Detach {
+            metrics,
+            resume: None,
+        };
+    };
+    let shared = Arc::clone(cx.shared);
+    let target = cx.target.clone();
+    let req = RequestHead {
+        method: Method::GET,
+        target: cx.req.target.clone(),
+        version: Version::HTTP_11,
+        headers: cx.req.headers.clone(),
+        framing: Framing::None,
+        keep_alive: true,
+        expect_continue: false,
+    };
+    let (mode, client_ip) = (cx.mode, cx.client_ip);
+    let resume: Resume = Box::new(move |from, end| {
+        Box::pin(async move {
+            let extra = resume::request_fields(&validator, from, end)?;
+            let out = Outgoing {
+                req: &req,
+                target: &target,
+                mode,
+                client_ip,
+                conditionals: Conditionals::Strip,
+                extra: Some(&extra),
+                body: OriginRequestBody::empty(),
+                retry: Retry::Allowed,
+            };
+            let resp = fetch::send(&shared, out).await.ok()?;
+            // Anything but the rest of this very representation is dropped unread.
+            resume::resumes(&validator, from, end, resp.status, &resp.headers).then_some(resp)
+        })
+    });
+    Detach {
+        metrics,
+        resume: Some(resume),
+    }
 }
 
 /// A miss: join a fetch already under way for this key, or lead one, then fetch.
@@ -302,12 +350,15 @@ fn from_origin(
         } => match shared.store.insert(*object) {
             Ok(obj) => {
                 shared.memo.lock().forget(cx.key());
+                // The leader's reader exists before the fill starts, so the fill never runs
+                // ahead of it as if nobody were reading.
+                let mut reply =
+                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer)
+                        .with_detach(|| detach(cx, &obj));
                 fetch::spawn_fill(shared, resp, Arc::clone(&obj));
                 if let Some(l) = leader {
                     l.publish(Collapsed::Stored(Arc::clone(&obj)));
                 }
-                let mut reply =
-                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer);
                 for (name, value) in &leader_fields {
                     reply.headers.append(name, value.clone());
                 }
@@ -429,7 +480,8 @@ async fn revalidate(
                 Outcome::RefreshUnmodified,
                 status,
                 peer,
-            );
+            )
+            .with_detach(|| detach(cx, &fresh));
             for (name, value) in &leader_fields {
                 reply.headers.append(name, value.clone());
             }
