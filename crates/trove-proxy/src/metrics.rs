@@ -36,6 +36,7 @@ pub mod names {
     pub const ACCESS_LOG_DROPPED: &str = "trove_access_log_dropped_total";
     pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
     pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
+    pub const BODY_TIMEOUTS: &str = "trove_request_body_timeouts_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -95,6 +96,8 @@ pub struct Metrics {
     pub origin_requests: AtomicU64,
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
+    /// Request bodies cut off for arriving too slowly (answered 408).
+    pub body_timeouts: AtomicU64,
     pub shed: AtomicU64,
     /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
     pub origin_bytes_wasted: AtomicU64,
@@ -163,7 +166,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 13] = [
+        let counters: [(&str, &str, u64); 14] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -214,6 +217,11 @@ impl Metrics {
                 names::BAD_REQUESTS,
                 "Malformed client requests refused.",
                 g(&self.bad_requests),
+            ),
+            (
+                names::BODY_TIMEOUTS,
+                "Request bodies cut off for arriving too slowly (408).",
+                g(&self.body_timeouts),
             ),
             (
                 names::SHED,

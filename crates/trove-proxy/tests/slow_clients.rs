@@ -342,3 +342,112 @@ async fn slow_reader_too_far_behind_resumes_on_its_own_fetch() {
     assert_eq!(detached(&trove, "resumed"), 1.0);
     assert_eq!(detached(&trove, "cut-off"), 0.0);
 }
+
+/// A client that sends a POST head declaring `len` body bytes, then one byte every
+/// `every` until its connection breaks. Returns the status of the response it got, or
+/// `None` if the connection ended without one.
+async fn trickle_post(addr: std::net::SocketAddr, len: u64, every: Duration) -> Option<u16> {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let head = format!("POST /up HTTP/1.1\r\nHost: test.local\r\nContent-Length: {len}\r\n\r\n");
+    wr.write_all(head.as_bytes()).await.unwrap();
+    let writer = tokio::spawn(async move {
+        for _ in 0..len {
+            if wr.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let status = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_string();
+            break head.split(' ').nth(1).and_then(|c| c.parse().ok());
+        }
+        match rd.read(&mut tmp).await {
+            Ok(0) | Err(_) => break None,
+            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+        }
+    };
+    writer.abort();
+    status
+}
+
+/// Issue 7: 300 clients each sending a `Content-Length: 100000` POST body a byte every 5 s
+/// held all 256 connections to the origin, and every other miss got a 503 after 5 s for as
+/// long as they trickled.
+///
+/// Here, at a smaller scale (4 connections to the origin; 12 clients trickling bodies of
+/// 1,000 and 100,000 bytes a byte every 100 ms): a GET miss meanwhile is served at once;
+/// small bodies never take an origin connection (they are read whole first), large ones take
+/// at most the one upload slot; every trickler ends with 408 at about `client_body` (or 503
+/// when no upload slot freed in time) and nothing incomplete reaches the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trickled_request_bodies_time_out_and_leave_the_origin_connections_free() {
+    let origin = Origin::start(|req, _| {
+        kit::respond(200, &[("cache-control", "no-store")], req.method.as_bytes())
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.origin_pool.max_per_origin = 4;
+        s.timeouts.client_body = Duration::from_millis(1500);
+        s.timeouts.connect = Duration::from_secs(2);
+    })
+    .await;
+    assert_eq!(
+        trove
+            .running
+            .shared
+            .settings
+            .origin_pool
+            .uploads_per_origin(),
+        1
+    );
+
+    let mut tricklers = Vec::new();
+    for i in 0..12 {
+        let len = if i % 2 == 0 { 1_000 } else { 100_000 };
+        tricklers.push(tokio::spawn(trickle_post(
+            trove.addr,
+            len,
+            Duration::from_millis(100),
+        )));
+    }
+    // Let every trickler's head arrive before the miss (their first bytes are on the way).
+    assert!(
+        kit::eventually(|| metric(&trove, names::CLIENT_CONNECTIONS_OPEN) >= 12).await,
+        "the trickling clients did not all connect"
+    );
+    let r = kit::get(&trove, "/page", &[]).await;
+    assert_eq!(r.status, 200, "a miss while uploads trickle: {}", r.text());
+    assert_eq!(r.text(), "GET");
+    assert!(
+        metric(&trove, names::ORIGIN_CONNECTIONS_OPEN) <= 2,
+        "uploads hold {} origin connections",
+        metric(&trove, names::ORIGIN_CONNECTIONS_OPEN)
+    );
+
+    let mut statuses = Vec::new();
+    for t in tricklers {
+        let status = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a trickling client was never cut off")
+            .unwrap();
+        statuses.push(status);
+    }
+    for (i, s) in statuses.iter().enumerate() {
+        let small = i % 2 == 0;
+        match s {
+            Some(408) => {}
+            Some(503) if !small => {} // no upload slot within the connect timeout
+            other => panic!("trickler {i} (small: {small}) got {other:?}"),
+        }
+    }
+    assert!(metric(&trove, names::BODY_TIMEOUTS) >= 6);
+    assert!(
+        origin.seen().iter().all(|r| r.method == "GET"),
+        "an incomplete body reached the origin"
+    );
+}

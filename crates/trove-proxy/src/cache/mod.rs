@@ -21,7 +21,10 @@ mod range;
 pub mod target;
 
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::SystemTime;
 
 use http::header::{self, HeaderValue};
@@ -36,7 +39,7 @@ use trove_cache::{
 };
 use trove_store::{Object, ObjectHead, Removal};
 
-use crate::client::body::RequestBody;
+use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
@@ -586,16 +589,67 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
 }
 
 /// Requests the cache does not answer (unsafe or uncacheable methods): sent on with their
-/// body streamed, and stored responses they may have changed invalidated (RFC 9111 §4.4).
+/// body, and stored responses they may have changed invalidated (RFC 9111 §4.4).
+///
+/// A body up to `[limits] client_body_buffer` is read whole before an origin connection is
+/// taken, so a client trickling it holds nothing but its own connection until it is cut off
+/// (`client::body`'s deadline). A larger body streams up as it arrives, which holds an
+/// origin connection for as long as the client takes: it needs one of the origin's upload
+/// slots first (`[origin_pool] max_uploads_per_origin`), so uploads can never take every
+/// connection from the misses. Buffering every body instead (nginx spools them to disk)
+/// would need memory or a disk per upload; streaming every body would let slow uploads
+/// starve the origin; this bounds both.
 async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>) -> Reply {
-    let len = match cx.req.framing {
-        Framing::None => Some(0),
-        Framing::Length(n) => Some(n),
-        Framing::Chunked => None,
+    let cap = cx.shared.settings.limits.client_body_buffer;
+    // Read up to `cap` bytes, unless the declared length is already more.
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_len = 0u64;
+    let whole = match body.declared_len() {
+        Some(n) if n > cap => false,
+        _ => loop {
+            match body.next().await {
+                Ok(Some(b)) => {
+                    held_len += b.len() as u64;
+                    held.push(b);
+                    if held_len > cap {
+                        break false;
+                    }
+                }
+                Ok(None) => break true,
+                Err(e) => return body_failed(cx, e),
+            }
+        },
     };
-    let (mut tx, origin_body) = if len == Some(0) {
-        (None, OriginRequestBody::empty())
+    let mut slot = None;
+    let (mut tx, origin_body) = if whole {
+        (
+            None,
+            OriginRequestBody::full(join(std::mem::take(&mut held))),
+        )
     } else {
+        let first = cx.target.upstreams.iter().next();
+        match first {
+            Some(up) => match cx.shared.pool.upload_slot(up).await {
+                Ok(s) => slot = Some(s),
+                Err(e) => {
+                    cx.shared.metrics.shed.fetch_add(1, Ordering::Relaxed);
+                    return failed(cx, None, Fwd::Method, Outcome::Miss, &e).closing();
+                }
+            },
+            None => {
+                return failed(
+                    cx,
+                    None,
+                    Fwd::Method,
+                    Outcome::Miss,
+                    &OriginError::PoolExhausted,
+                )
+            }
+        }
+        let len = match cx.req.framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
         let (tx, b) = body_channel(len);
         (Some(tx), b)
     };
@@ -613,7 +667,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             conditionals: Conditionals::Keep,
             extra: None,
             body: origin_body,
-            retry: if idempotent && tx.is_none() {
+            retry: if idempotent && held_len == 0 && tx.is_none() {
                 Retry::Allowed
             } else {
                 Retry::No
@@ -621,12 +675,19 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body
-    // sent to the origin; `tx` stays here to abort that body if the client's fails.
+    // sent to the origin; `tx` stays here to abort that body if the client's fails. It
+    // holds the upload slot until the whole body has gone up.
     let pump_tx = tx.clone();
     let pump = async move {
+        let _slot = slot;
         let Some(pump_tx) = pump_tx else {
             return Ok(());
         };
+        for b in held {
+            if pump_tx.send(Ok(b)).await.is_err() {
+                return Ok(());
+            }
+        }
         loop {
             match body.next().await {
                 Ok(Some(b)) => {
@@ -665,11 +726,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         }
     };
     if let Some(Err(e)) = pumped {
-        cx.shared
-            .metrics
-            .bad_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Reply::simple(StatusCode::BAD_REQUEST, Outcome::None, &e.to_string()).closing();
+        return body_failed(cx, e);
     }
     let unfinished = pumped.is_none() && tx.is_some();
     if unfinished {
@@ -696,6 +753,31 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
     } else {
         reply
     }
+}
+
+/// The pieces of a body as one buffer (no copy for a body that came in one piece).
+fn join(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() <= 1 {
+        return pieces.pop().unwrap_or_default();
+    }
+    let mut all = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for p in &pieces {
+        all.extend_from_slice(p);
+    }
+    all.freeze()
+}
+
+/// The client's request body could not be read: too slow (408) or malformed (400). The
+/// connection closes, since the rest of the body can't be told from a next request.
+fn body_failed(cx: &Ctx<'_>, e: BodyReadError) -> Reply {
+    let status = e.status();
+    let counter = if status == StatusCode::REQUEST_TIMEOUT {
+        &cx.shared.metrics.body_timeouts
+    } else {
+        &cx.shared.metrics.bad_requests
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    Reply::simple(status, Outcome::None, &e.to_string()).closing()
 }
 
 /// `PURGE`: removes every stored variant of the URL, for clients the purge ACL allows.
