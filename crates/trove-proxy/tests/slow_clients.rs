@@ -280,10 +280,13 @@ async fn big_origin(total: u64, etag: Option<&'static str>, log: &Arc<Streamed>)
 /// it with): its connection closes before the body's end, so it can tell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fast_reader_is_not_held_back_by_a_slow_one() {
-    const OBJECT: u64 = 64 * MIB;
+    // max_object well above what the kernel may buffer between trove and a stalled client
+    // (4 MiB of send buffer here), so the stalled one is far behind when the body leaves
+    // the store.
+    const OBJECT: u64 = 96 * MIB;
     let log = Arc::new(Streamed::default());
     let origin = big_origin(OBJECT, None, &log).await;
-    let trove = Trove::reverse(&origin, |s| s.cache.max_object = 16 * MIB).await;
+    let trove = Trove::reverse(&origin, |s| s.cache.max_object = 24 * MIB).await;
 
     let mut slow = Reader::get(&trove, "/big").await;
     assert!(slow.read_to(64 << 10).await);
@@ -316,10 +319,13 @@ fn detached(trove: &Trove, how: &str) -> f64 {
 /// what it had not read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_reader_too_far_behind_resumes_on_its_own_fetch() {
-    const OBJECT: u64 = 64 * MIB;
+    // max_object well above what the kernel may buffer between trove and a stalled client
+    // (4 MiB of send buffer here), so the stalled one is far behind when the body leaves
+    // the store.
+    const OBJECT: u64 = 96 * MIB;
     let log = Arc::new(Streamed::default());
     let origin = big_origin(OBJECT, Some("\"v1\""), &log).await;
-    let trove = Trove::reverse(&origin, |s| s.cache.max_object = 16 * MIB).await;
+    let trove = Trove::reverse(&origin, |s| s.cache.max_object = 24 * MIB).await;
 
     let mut slow = Reader::get(&trove, "/big").await;
     assert!(slow.read_to(64 << 10).await);

@@ -25,7 +25,9 @@
 //!   its driver goes on with a fetch of its own or cuts its client off. With no reader left
 //!   the writer is told to stop ([`BodyError::NoReaders`]), which ends the origin fetch.
 //!
-//! So outside the store a body holds at most `buffer` bytes plus the chunk being written.
+//! So outside the store a body holds at most `buffer` bytes plus the last chunk written (the
+//! writer checks how far ahead it is before it appends, so it may overshoot by that chunk; a
+//! reader the writer kept pace with is never detached for it).
 //! Those bytes are counted in a meter ([`Body::set_unstored`]) the proxy exports as a gauge.
 //!
 //! # Why slow readers are detached rather than waited for
@@ -395,9 +397,12 @@ impl State {
         self.positions().max()
     }
 
-    /// Unstored: releases the bytes no reader within `buffer` of the writer still needs.
+    /// Unstored: releases the bytes no reader within `buffer` (plus the last chunk written)
+    /// of the writer still needs. The writer checks its lead before it appends, so a reader
+    /// it kept pace with is at most that far behind, and is never detached.
     fn release(&mut self, buffer: u64) {
-        let behind = self.len.saturating_sub(buffer);
+        let last = self.chunks.back().map_or(0, |c| c.len() as u64);
+        let behind = self.len.saturating_sub(buffer.saturating_add(last));
         let slowest = self.positions().min().unwrap_or(self.len);
         self.release_before(slowest.max(behind));
     }
@@ -666,7 +671,7 @@ mod tests {
             let b = b.unwrap();
             assert_eq!(b[0] as usize, got / 8);
             got += b.len();
-            assert!(body.held() <= 32 + 8, "{} bytes held", body.held());
+            assert!(body.held() <= 32 + 2 * 8, "{} bytes held", body.held());
             assert_eq!(meter.load(Ordering::SeqCst), body.held());
         }
         assert_eq!(got, 800, "the fast reader read everything");
@@ -692,11 +697,11 @@ mod tests {
         }
         assert_eq!(body.held(), 100, "stored: everything is kept");
         body.set_unstored(limits(10, 30), Some(Arc::clone(&meter)));
-        assert_eq!(body.held(), 30);
-        assert_eq!(meter.load(Ordering::SeqCst), 30);
+        assert_eq!(body.held(), 40, "the buffer and the last chunk");
+        assert_eq!(meter.load(Ordering::SeqCst), 40);
         assert_eq!(r.next().await.unwrap(), Err(BodyError::Released));
-        let mut late = body.reader(70);
-        assert_eq!(late.next().await.unwrap().unwrap()[0], 7);
+        let mut late = body.reader(60);
+        assert_eq!(late.next().await.unwrap().unwrap()[0], 6);
     }
 
     /// Paced: the writer stays within the buffer of the fastest reader, and runs freely
@@ -722,5 +727,29 @@ mod tests {
         assert_eq!(body.len(), 40);
         assert_eq!(body.held(), 40, "being stored: nothing released");
         assert_eq!(slow.next().await.unwrap().unwrap()[0], 1);
+    }
+
+    /// A paced writer checks its lead before appending, so the lone reader may be up to the
+    /// buffer plus one chunk behind when the body leaves the store: it must keep every byte
+    /// (it was released with the chunk it was reading, and cut off, before the fix).
+    #[tokio::test]
+    async fn a_lone_reader_is_never_detached_when_the_body_leaves_the_store() {
+        let body = Body::new(None);
+        body.set_paced(16);
+        let mut r = body.reader(0);
+        for n in [2usize, 13, 20] {
+            body.append(Bytes::from(vec![n as u8; n])).await.unwrap();
+        }
+        assert_eq!(body.len(), 35, "16 + one chunk past the reader");
+        body.set_unstored(limits(4, 16), None);
+        let mut got = 0;
+        while got < 35 {
+            got += r
+                .next()
+                .await
+                .unwrap()
+                .expect("no byte released under the reader")
+                .len();
+        }
     }
 }

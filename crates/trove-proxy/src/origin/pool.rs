@@ -73,7 +73,9 @@ pub struct Pool {
 
 /// Held while a request streams its body to an origin (see [`Pool::upload_slot`]).
 #[derive(Debug)]
-pub struct UploadSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+pub struct UploadSlot {
+    _permit: OwnedSemaphorePermit,
+}
 
 impl Pool {
     /// Must be called inside a tokio runtime (it starts the reaper). A zero `idle_timeout`
@@ -138,7 +140,7 @@ impl Pool {
                 .or_insert_with(|| Arc::new(Semaphore::new(self.max_uploads))),
         );
         match tokio::time::timeout(self.connect_timeout, sem.acquire_owned()).await {
-            Ok(Ok(p)) => Ok(UploadSlot(p)),
+            Ok(Ok(p)) => Ok(UploadSlot { _permit: p }),
             _ => Err(OriginError::PoolExhausted),
         }
     }
