@@ -147,11 +147,12 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
 
     async fn need_more(&mut self) -> Result<(), BodyReadError> {
         let deadline = self.limits.deadline(self.start, self.received);
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(BodyReadError::TooSlow);
-        }
-        let wait = self.limits.idle.min(deadline - now);
+        // Past the deadline, bytes already waiting are still taken (the timeout polls the
+        // read once first): the wait may have been ours, streaming to a slow origin.
+        let wait = self
+            .limits
+            .idle
+            .min(deadline.saturating_duration_since(Instant::now()));
         match tokio::time::timeout(wait, self.side.fill()).await {
             Err(_) if Instant::now() >= deadline => Err(BodyReadError::TooSlow),
             Err(_) => Err(BodyReadError::TimedOut),
