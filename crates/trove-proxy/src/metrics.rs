@@ -3,8 +3,10 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use trove_cache::resume::Detached;
 use trove_cache::Outcome;
 
 use crate::destination::Refusal;
@@ -38,6 +40,9 @@ pub mod names {
     pub const DESTINATIONS_REFUSED: &str = "trove_destinations_refused_total";
     /// Connections to the admin listener from outside `[admin] allow`.
     pub const ADMIN_REFUSED: &str = "trove_admin_connections_refused_total";
+    pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
+    pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
+    pub const BODY_TIMEOUTS: &str = "trove_request_body_timeouts_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -97,6 +102,8 @@ pub struct Metrics {
     pub origin_requests: AtomicU64,
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
+    /// Request bodies cut off for arriving too slowly (answered 408).
+    pub body_timeouts: AtomicU64,
     pub shed: AtomicU64,
     /// Origin body bytes read that no client received (aborted transfers, seed 003 §IV.C).
     pub origin_bytes_wasted: AtomicU64,
@@ -104,6 +111,13 @@ pub struct Metrics {
     pub destinations_refused: [AtomicU64; Refusal::ALL.len()],
     /// Admin connections refused by `[admin] allow`.
     pub admin_refused: AtomicU64,
+    /// Response body bytes held in memory outside the store's budget: bodies streamed to
+    /// clients without being stored, or that left the store while arriving. Shared with
+    /// every such `trove_store::Body` (`Body::set_meter`).
+    pub body_buffered: Arc<AtomicU64>,
+    /// Readers detached from a body that left the store, by what became of them (as
+    /// `Detached::ALL`).
+    pub detached: [AtomicU64; Detached::ALL.len()],
 }
 
 /// Store figures, read when rendering.
@@ -140,6 +154,11 @@ impl Metrics {
         inc(&self.destinations_refused[why.index()]);
     }
 
+    /// Counts a reader detached from a shared body.
+    pub fn count_detached(&self, how: Detached) {
+        inc(&self.detached[how as usize]);
+    }
+
     pub fn count(&self, outcome: Outcome) -> u64 {
         self.by_outcome[outcome.index()].load(Ordering::Relaxed)
     }
@@ -162,7 +181,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 14] = [
+        let counters: [(&str, &str, u64); 15] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -215,6 +234,11 @@ impl Metrics {
                 g(&self.bad_requests),
             ),
             (
+                names::BODY_TIMEOUTS,
+                "Request bodies cut off for arriving too slowly (408).",
+                g(&self.body_timeouts),
+            ),
+            (
                 names::SHED,
                 "Requests refused with 503 under overload.",
                 g(&self.shed),
@@ -236,7 +260,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
-        let gauges: [(&str, &str, i64); 5] = [
+        let gauges: [(&str, &str, i64); 6] = [
             (
                 names::CLIENT_CONNECTIONS_OPEN,
                 "Client connections open.",
@@ -246,6 +270,11 @@ impl Metrics {
                 names::ORIGIN_CONNECTIONS_OPEN,
                 "Origin connections open.",
                 self.origin_open.load(Ordering::Relaxed),
+            ),
+            (
+                names::BODY_BUFFERED,
+                "Response body bytes held in memory outside the store (bodies not being stored).",
+                self.body_buffered.load(Ordering::Relaxed) as i64,
             ),
             (
                 names::STORE_BYTES,
@@ -282,6 +311,15 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
+        }
+        let name = names::READERS_DETACHED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Readers that fell too far behind a body no longer stored, by what became of them.\n# TYPE {name} counter"
+        );
+        for how in Detached::ALL {
+            let n = self.detached[how as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{outcome=\"{}\"}} {n}", how.as_str());
         }
         let name = names::STORE_REMOVALS;
         let _ = writeln!(

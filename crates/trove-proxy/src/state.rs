@@ -81,6 +81,7 @@ impl Shared {
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
         let pool = Pool::new(
             settings.origin_pool.max_per_origin,
+            settings.origin_pool.uploads_per_origin(),
             settings.origin_pool.idle_timeout,
             settings.timeouts.connect,
             Arc::clone(&metrics),

@@ -14,6 +14,13 @@
 //! reusing it across classes would let a remote client ride a connection only a local
 //! client could open. The per-origin connection limit stays shared: it protects the
 //! origin, whoever asks.
+//!
+//! Per origin there is a connection limit and, inside it, a smaller one for requests that
+//! stream their body up as the client sends it ([`Pool::upload_slot`]): such a request holds
+//! its connection for as long as its client takes, so without a limit of their own a few
+//! hundred slow uploads would hold every connection and every other miss would wait. Small
+//! bodies never need a slot: they are read whole before a connection is taken
+//! (`[limits] client_body_buffer`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -98,17 +105,28 @@ pub struct Pool {
     /// Per origin: the connection limit and a signal that an idle connection came back.
     limits: Mutex<HashMap<Upstream, Limit>>,
     max_per_origin: usize,
+    /// Per origin: how many requests may be streaming their body up at once.
+    uploads: Mutex<HashMap<Upstream, Arc<Semaphore>>>,
+    max_uploads: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
     metrics: Arc<Metrics>,
     destinations: Arc<DestinationPolicy>,
 }
 
+/// Held while a request streams its body to an origin (see [`Pool::upload_slot`]).
+#[derive(Debug)]
+pub struct UploadSlot {
+    _permit: OwnedSemaphorePermit,
+}
+
 impl Pool {
     /// Must be called inside a tokio runtime (it starts the reaper). A zero `idle_timeout`
-    /// keeps no connection idle.
+    /// keeps no connection idle. At most `max_uploads` connections to one origin carry
+    /// streamed request bodies at once.
     pub fn new(
         max_per_origin: usize,
+        max_uploads: usize,
         idle_timeout: Duration,
         connect_timeout: Duration,
         metrics: Arc<Metrics>,
@@ -118,6 +136,8 @@ impl Pool {
             idle: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             max_per_origin,
+            uploads: Mutex::new(HashMap::new()),
+            max_uploads: max_uploads.max(1),
             idle_timeout,
             connect_timeout,
             metrics,
@@ -151,6 +171,24 @@ impl Pool {
             sem.available_permits() < self.max_per_origin
                 || idle.keys().any(|k| k.upstream == *origin)
         });
+        self.uploads
+            .lock()
+            .retain(|_, sem| sem.available_permits() < self.max_uploads);
+    }
+
+    /// A slot for a request about to stream its body to `key` as its client sends it; held
+    /// until the whole body has gone up. Waits up to the connect timeout, like a connection.
+    pub async fn upload_slot(&self, key: &Upstream) -> Result<UploadSlot, OriginError> {
+        let sem = Arc::clone(
+            self.uploads
+                .lock()
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.max_uploads))),
+        );
+        match tokio::time::timeout(self.connect_timeout, sem.acquire_owned()).await {
+            Ok(Ok(p)) => Ok(UploadSlot { _permit: p }),
+            _ => Err(OriginError::PoolExhausted),
+        }
     }
 
     fn limit(&self, key: &Upstream) -> Limit {
@@ -333,6 +371,7 @@ mod tests {
         };
         let pool = Pool::new(
             4,
+            1,
             idle_timeout,
             Duration::from_secs(5),
             Arc::new(Metrics::default()),
@@ -379,6 +418,33 @@ mod tests {
             Duration::from_millis(200)
         );
         assert_eq!(reap_period(Duration::from_secs(3600)), REAP_EVERY);
+    }
+
+    /// Uploads have their own, smaller limit: while it is taken, another upload waits (and
+    /// gives up at the connect timeout), but ordinary connections are still there.
+    #[tokio::test]
+    async fn uploads_have_a_limit_of_their_own() {
+        let (_, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
+        let pool = Pool::new(
+            4,
+            1,
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            Arc::new(Metrics::default()),
+            Arc::new(DestinationPolicy::default()),
+        );
+        let slot = pool.upload_slot(&key).await.unwrap();
+        assert!(matches!(
+            pool.upload_slot(&key).await,
+            Err(OriginError::PoolExhausted)
+        ));
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        drop(slot);
+        pool.upload_slot(&key).await.unwrap();
+        drop(conn);
     }
 
     #[tokio::test]
