@@ -10,6 +10,7 @@ use trove_cache::resume::Detached;
 use trove_cache::Outcome;
 
 use crate::destination::Refusal;
+use crate::resolver::{self, Answered, Failure};
 
 /// Metric names, declared once.
 pub mod names {
@@ -43,6 +44,14 @@ pub mod names {
     pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
     pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
     pub const BODY_TIMEOUTS: &str = "trove_request_body_timeouts_total";
+    /// Requests for a name's addresses, by `result` (`resolver::Answered`): `hit`,
+    /// `negative-hit` (a cached failure), `miss` (a lookup was started), `joined` (waited on
+    /// one under way).
+    pub const RESOLVER_QUERIES: &str = "trove_resolver_queries_total";
+    /// Lookups that failed, by `reason` (`resolver::Failure`).
+    pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
+    /// Names the resolver's cache holds.
+    pub const RESOLVER_NAMES: &str = "trove_resolver_names";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -130,6 +139,8 @@ pub struct StoreFigures {
     /// Objects removed from the store, by reason (as `trove_store::Removal::ALL`).
     pub removed: [u64; trove_store::Removal::ALL.len()],
     pub log_dropped: u64,
+    /// The resolver's counters.
+    pub resolver: resolver::Stats,
 }
 
 fn inc(c: &AtomicU64) {
@@ -339,6 +350,30 @@ impl Metrics {
             let n = g(&self.destinations_refused[why.index()]);
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
+        let name = names::RESOLVER_QUERIES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests for a name's addresses, by how the resolver's cache answered.\n# TYPE {name} counter"
+        );
+        for a in Answered::ALL {
+            let n = store.resolver.answered[a as usize];
+            let _ = writeln!(out, "{name}{{result=\"{}\"}} {n}", a.as_str());
+        }
+        let name = names::RESOLVER_FAILURES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Name lookups that failed, by reason.\n# TYPE {name} counter"
+        );
+        for why in Failure::ALL {
+            let n = store.resolver.failures[why as usize];
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
+        }
+        let name = names::RESOLVER_NAMES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Names held by the resolver's cache.\n# TYPE {name} gauge\n{name} {}",
+            store.resolver.names
+        );
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(
             out,

@@ -1,7 +1,7 @@
 //! The proxy's settings, as read from the `[listener]`, `[access]`, `[cache]`, `[limits]`,
-//! `[timeouts]`, `[origin_pool]`, `[connect]`, `[[origin]]` and `[log]` sections of trove's
-//! TOML config. Every section rejects unknown keys, and every value has a safe default.
-//! Every timeout must be greater than 0 ([`Settings::validate`]).
+//! `[timeouts]`, `[origin_pool]`, `[connect]`, `[resolver]`, `[[origin]]` and `[log]`
+//! sections of trove's TOML config. Every section rejects unknown keys, and every value has
+//! a safe default. Every timeout must be greater than 0 ([`Settings::validate`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -283,6 +283,36 @@ impl Default for ConnectSettings {
     }
 }
 
+/// `[resolver]`: how long answers about names are kept (see `crate::resolver`). The
+/// durations need a unit (`"30s"`, `"1h"`): a bare number is refused.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolverSettings {
+    /// An answer is kept at most this long, however long its records' TTL. Greater than 0.
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub max_ttl: Duration,
+    /// ... and at least this long, however short their TTL (0 follows the TTL exactly).
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub min_ttl: Duration,
+    /// A failure (no such name, no address, no answer from the name servers) is kept this
+    /// long, or the zone's shorter negative TTL; 0 keeps none.
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub negative_ttl: Duration,
+    /// Names kept at most (answers and failures). At least 1.
+    pub max_names: usize,
+}
+
+impl Default for ResolverSettings {
+    fn default() -> Self {
+        ResolverSettings {
+            max_ttl: Duration::from_secs(3600),
+            min_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(30),
+            max_names: 10_000,
+        }
+    }
+}
+
 /// A reverse-proxy route: requests whose Host and path match go to `upstreams`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -322,6 +352,7 @@ pub struct Settings {
     pub timeouts: TimeoutSettings,
     pub origin_pool: PoolSettings,
     pub connect: ConnectSettings,
+    pub resolver: ResolverSettings,
     pub origins: Vec<OriginRoute>,
     pub log: LogSettings,
     /// Addresses of trove's other listeners (the admin listener), as bound: the destination
@@ -342,6 +373,7 @@ impl Default for Settings {
             timeouts: TimeoutSettings::default(),
             origin_pool: PoolSettings::default(),
             connect: ConnectSettings::default(),
+            resolver: ResolverSettings::default(),
             origins: Vec::new(),
             log: LogSettings::default(),
             other_listeners: Vec::new(),
@@ -447,6 +479,17 @@ impl Settings {
             if d.is_zero() {
                 return Err(format!("{key}: must be greater than 0"));
             }
+        }
+        // A cache that keeps nothing would resolve on every request again.
+        let r = &self.resolver;
+        if r.max_ttl.is_zero() {
+            return Err("resolver.max_ttl: must be greater than 0".into());
+        }
+        if r.min_ttl > r.max_ttl {
+            return Err("resolver.min_ttl: must not exceed resolver.max_ttl".into());
+        }
+        if r.max_names == 0 {
+            return Err("resolver.max_names: at least 1".into());
         }
         Ok(())
     }
@@ -620,5 +663,30 @@ mod tests {
         s.cache.heuristic_max = Duration::ZERO;
         s.validate().unwrap();
         Settings::default().validate().unwrap();
+    }
+
+    /// The resolver cache must keep answers (else every request resolves again) and room
+    /// for a name; 0 is meaningful for min_ttl (follow TTLs) and negative_ttl (keep no
+    /// failure).
+    #[test]
+    fn resolver_settings_are_checked_by_name() {
+        type Set = fn(&mut ResolverSettings);
+        let cases: [(&str, Set); 3] = [
+            ("resolver.max_ttl", |r| r.max_ttl = Duration::ZERO),
+            ("resolver.max_names", |r| r.max_names = 0),
+            ("resolver.min_ttl", |r| {
+                r.min_ttl = Duration::from_secs(7200)
+            }),
+        ];
+        for (key, set) in cases {
+            let mut s = Settings::default();
+            set(&mut s.resolver);
+            let e = s.validate().expect_err(key);
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let mut s = Settings::default();
+        s.resolver.min_ttl = Duration::ZERO;
+        s.resolver.negative_ttl = Duration::ZERO;
+        s.validate().unwrap();
     }
 }

@@ -15,7 +15,8 @@ use crate::acl::Acl;
 use crate::cache::collapse::KeyLocks;
 use crate::destination::DestinationPolicy;
 use crate::metrics::{Metrics, StoreFigures};
-use crate::origin::Pool;
+use crate::origin::{Pool, Reachability};
+use crate::resolver::Resolver;
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
 
@@ -28,6 +29,8 @@ pub struct Shared {
     pub safe_ports: crate::acl::PortSet,
     /// Where clients may make trove connect (forward requests and CONNECT tunnels).
     pub destinations: Arc<DestinationPolicy>,
+    /// Names to addresses, cached, for every connection trove makes to a name.
+    pub resolver: Resolver,
     pub routes: Routes,
     /// The store, behind the storage interface the cache core is written against.
     pub store: Arc<dyn Storage>,
@@ -76,6 +79,8 @@ impl Shared {
                 )
             })?,
         );
+        // Lookups are bounded like the connections they are for.
+        let resolver = Resolver::system(&settings.resolver, settings.timeouts.connect);
         let c = &settings.cache;
         let store: Arc<dyn Storage> =
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
@@ -85,7 +90,10 @@ impl Shared {
             settings.origin_pool.idle_timeout,
             settings.timeouts.connect,
             Arc::clone(&metrics),
-            Arc::clone(&destinations),
+            Reachability {
+                destinations: Arc::clone(&destinations),
+                resolver: resolver.clone(),
+            },
         );
         let log = AccessLog::open(&settings.log.access)?;
         let base = Policy {
@@ -108,6 +116,7 @@ impl Shared {
             safe_ports: crate::acl::PortSet::parse(&settings.access.safe_ports)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             destinations,
+            resolver,
             routes: Routes::new(&settings.origins),
             origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
             settings,
@@ -152,6 +161,7 @@ impl Shared {
             evictions: s.evictions,
             removed: s.removed,
             log_dropped: self.log.dropped(),
+            resolver: self.resolver.stats(),
         })
     }
 }

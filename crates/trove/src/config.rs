@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use trove_proxy::settings::{
     AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
-    OriginRoute, PoolSettings, TimeoutSettings,
+    OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
 };
 use trove_proxy::Settings;
 
@@ -51,6 +51,7 @@ pub struct Config {
     pub timeouts: TimeoutSettings,
     pub origin_pool: PoolSettings,
     pub connect: ConnectSettings,
+    pub resolver: ResolverSettings,
     pub origin: Vec<OriginRoute>,
     pub log: LogSettings,
     pub admin: AdminSettings,
@@ -104,6 +105,7 @@ impl Config {
             timeouts: self.timeouts.clone(),
             origin_pool: self.origin_pool.clone(),
             connect: self.connect.clone(),
+            resolver: self.resolver.clone(),
             origins: self.origin.clone(),
             log: self.log.clone(),
             other_listeners: Vec::new(),
@@ -293,6 +295,41 @@ mod tests {
         let d = Config::parse("").unwrap();
         assert_eq!(d.admin.allow.len(), 2, "loopback by default");
         assert_eq!(d.proxy_settings().access.local_clients.len(), 2);
+    }
+
+    #[test]
+    fn resolver_settings_need_units_and_are_checked_by_name() {
+        let c = Config::parse(
+            "[resolver]\nmax_ttl = \"10m\"\nmin_ttl = \"0s\"\nnegative_ttl = \"250ms\"\nmax_names = 5\n",
+        )
+        .unwrap();
+        let r = c.proxy_settings().resolver;
+        assert_eq!(r.max_ttl, std::time::Duration::from_secs(600));
+        assert_eq!(r.min_ttl, std::time::Duration::ZERO);
+        assert_eq!(r.negative_ttl, std::time::Duration::from_millis(250));
+        assert_eq!(r.max_names, 5);
+        for bad in [
+            "max_ttl = 60",
+            "max_ttl = \"60\"",
+            "negative_ttl = \"1.5\"",
+            "min_ttl = \"5 parsecs\"",
+        ] {
+            let e = Config::parse(&format!("[resolver]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("unit"), "{bad}: {e}");
+            assert!(e.contains(bad.split(' ').next().unwrap()), "{bad}: {e}");
+        }
+        for (bad, key) in [
+            ("max_ttl = \"0s\"", "resolver.max_ttl"),
+            ("max_names = 0", "resolver.max_names"),
+            ("min_ttl = \"2h\"", "resolver.min_ttl"),
+        ] {
+            let e = Config::parse(&format!("[resolver]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod headers;
 mod range;
 pub mod target;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -42,7 +42,7 @@ use trove_store::{Object, ObjectHead, Removal};
 use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
-use crate::destination::{Blocked, ClientClass, Reach, Refusal};
+use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
 use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
@@ -173,15 +173,16 @@ pub async fn handle<R: AsyncRead + Unpin>(
 /// connection made for the request is checked for (`origin::Pool`), and for a client that
 /// is not local resolves and checks the name now, before the cache is consulted, so a
 /// refused client gets no stored copy either (one a local client fetched from a loopback
-/// service, say). The addresses checked here are the ones connected to on a miss: one
-/// resolution per request. A name that does not resolve (or not within the connect
+/// service, say). The addresses checked here are the ones connected to on a miss. The name
+/// is resolved through the resolver's cache (`crate::resolver`), so a hit costs a lookup
+/// in memory, not one in DNS. A name that does not resolve (or not within the connect
 /// timeout) is left to the connection, which fails as it always did (502 or 504), and a
 /// stored copy may be served meanwhile.
 async fn check_destination(
     shared: &Shared,
     target: &Target,
     class: ClientClass,
-) -> Result<Option<Arc<[SocketAddr]>>, Reply> {
+) -> Result<Option<Addrs>, Reply> {
     if target.upstreams.chooser() == Chooser::Operator || class == ClientClass::Local {
         return Ok(None);
     }
@@ -190,8 +191,9 @@ async fn check_destination(
     };
     let policy = &shared.destinations;
     let limit = shared.settings.timeouts.connect;
-    match tokio::time::timeout(limit, policy.resolve(&up.host, up.port, class)).await {
-        Ok(Ok(addrs)) => Ok(Some(addrs.into())),
+    let resolve = policy.resolve(&shared.resolver, &up.host, up.port, class);
+    match tokio::time::timeout(limit, resolve).await {
+        Ok(Ok(addrs)) => Ok(Some(addrs)),
         Ok(Err(Blocked::Refused(why))) => {
             shared.metrics.count_refusal(why);
             Err(destination_refused(why))

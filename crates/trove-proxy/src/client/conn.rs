@@ -152,6 +152,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             let rules = tunnel::TunnelRules {
                 allowed_ports: &shared.settings.connect.allowed_ports,
                 destinations: &shared.destinations,
+                resolver: &shared.resolver,
                 connect_timeout: shared.settings.timeouts.connect,
                 idle_timeout: shared.settings.timeouts.client_idle,
             };

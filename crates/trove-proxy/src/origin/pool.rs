@@ -4,7 +4,9 @@
 //! destination guard (`crate::destination`) stands for a client-chosen origin (a
 //! forward-proxy request): the name is resolved once (or the addresses the request was
 //! already checked with are taken), every address is checked for the client's class, and
-//! the connection goes to exactly those addresses.
+//! the connection goes to exactly those addresses. Names, the operator's upstreams'
+//! included, are resolved through trove's caching resolver (`crate::resolver`), not per
+//! connection.
 //!
 //! Idle connections are kept per origin *and per who chose it* ([`PoolKey`]): one opened
 //! for an operator's route, one for a local client and one for a remote client are never
@@ -37,6 +39,7 @@ use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Reach};
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
+use crate::resolver::Resolver;
 use crate::upstream::{Chooser, Upstream};
 
 /// Who a pooled connection was opened for: connections are reused only within one.
@@ -112,6 +115,13 @@ pub struct Pool {
     connect_timeout: Duration,
     metrics: Arc<Metrics>,
     destinations: Arc<DestinationPolicy>,
+    resolver: Resolver,
+}
+
+/// Where the pool's connections may go and how names are resolved.
+pub struct Reachability {
+    pub destinations: Arc<DestinationPolicy>,
+    pub resolver: Resolver,
 }
 
 /// Held while a request streams its body to an origin (see [`Pool::upload_slot`]).
@@ -130,7 +140,7 @@ impl Pool {
         idle_timeout: Duration,
         connect_timeout: Duration,
         metrics: Arc<Metrics>,
-        destinations: Arc<DestinationPolicy>,
+        reach: Reachability,
     ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             idle: Mutex::new(HashMap::new()),
@@ -141,7 +151,8 @@ impl Pool {
             idle_timeout,
             connect_timeout,
             metrics,
-            destinations,
+            destinations: reach.destinations,
+            resolver: reach.resolver,
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
@@ -289,40 +300,39 @@ impl Pool {
         })
     }
 
-    /// A new TCP connection to `upstream`: to the name as configured for an operator's
-    /// route; for a client's choice, to addresses the destination guard checked.
+    /// A new TCP connection to `upstream`: to the configured name's addresses for an
+    /// operator's route; for a client's choice, to addresses the destination guard checked.
     async fn connect(
         &self,
         upstream: &Upstream,
         chooser: Chooser,
         reach: &Reach,
     ) -> Result<TcpStream, OriginError> {
-        if chooser == Chooser::Operator {
-            return TcpStream::connect((upstream.host.as_str(), upstream.port))
-                .await
-                .map_err(OriginError::Connect);
-        }
+        let (host, port) = (upstream.host.as_str(), upstream.port);
         let class = reach.class;
-        let addrs = match &reach.checked {
+        let addrs = match (chooser, &reach.checked) {
+            (Chooser::Operator, _) => destination::candidates(&self.resolver, host, port)
+                .await
+                .map_err(unresolved)?,
             // Checked when the request arrived; checked again here, where the connection is
             // made, so no path to a socket skips the guard.
-            Some(addrs) => {
-                for a in addrs.iter() {
-                    if let Err(r) = self.destinations.check(*a, class) {
-                        return Err(self.refused(r));
-                    }
+            (Chooser::Client, Some(addrs)) => {
+                if let Err(r) = self.destinations.check_all(addrs, class) {
+                    return Err(self.refused(r));
                 }
-                addrs.to_vec()
+                addrs.clone()
             }
-            None => match self
-                .destinations
-                .resolve(&upstream.host, upstream.port, class)
-                .await
-            {
-                Ok(addrs) => addrs,
-                Err(Blocked::Refused(r)) => return Err(self.refused(r)),
-                Err(Blocked::Resolve(e)) => return Err(OriginError::Resolve(e)),
-            },
+            (Chooser::Client, None) => {
+                match self
+                    .destinations
+                    .resolve(&self.resolver, host, port, class)
+                    .await
+                {
+                    Ok(addrs) => addrs,
+                    Err(Blocked::Refused(r)) => return Err(self.refused(r)),
+                    Err(Blocked::Resolve(e)) => return Err(unresolved(e)),
+                }
+            }
         };
         destination::connect(&addrs)
             .await
@@ -356,6 +366,16 @@ impl Pool {
     }
 }
 
+/// A name that did not resolve: a 502 (`Resolve`), or a 504 when the name servers did not
+/// answer in time, like a connect that takes too long.
+fn unresolved(e: std::io::Error) -> OriginError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        OriginError::ConnectTimeout
+    } else {
+        OriginError::Resolve(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,7 +395,10 @@ mod tests {
             idle_timeout,
             Duration::from_secs(5),
             Arc::new(Metrics::default()),
-            Arc::new(DestinationPolicy::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
         );
         (pool, key, origin)
     }
@@ -431,7 +454,10 @@ mod tests {
             Duration::from_secs(30),
             Duration::from_millis(100),
             Arc::new(Metrics::default()),
-            Arc::new(DestinationPolicy::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
         );
         let slot = pool.upload_slot(&key).await.unwrap();
         assert!(matches!(
