@@ -62,6 +62,9 @@ use tokio::time::Instant;
 
 use crate::settings::ResolverSettings;
 
+/// The longest name in presentation form: 253 characters, 254 with the root's dot.
+const MAX_NAME_LEN: usize = 254;
+
 /// How a request for a name's addresses was answered: the `result` label of
 /// `trove_resolver_queries_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -242,6 +245,11 @@ impl Resolver {
     /// time they wait; the lookup itself is bounded by the `lookup_timeout`.
     pub async fn lookup(&self, name: &str) -> Result<Arc<[IpAddr]>, Failure> {
         let inner = &self.inner;
+        // No DNS name is longer (RFC 1035 §2.3.4); refusing longer ones unasked also keeps
+        // a cache entry's key small, whatever a client sends.
+        if name.len() > MAX_NAME_LEN {
+            return Err(Failure::NotFound);
+        }
         let now = Instant::now();
         let joined = match inner.names.read().get(name) {
             Some(Slot::Known { known, until }) if *until > now => return inner.cached(known),
@@ -486,7 +494,14 @@ fn configure(o: &mut ResolverOpts, settings: &ResolverSettings, lookup_timeout: 
 
 impl Source for System {
     fn lookup(&self, name: &str) -> Pin<Box<dyn Future<Output = Found> + Send + 'static>> {
-        let Ok(parsed) = Name::from_utf8(name) else {
+        // ASCII names as they are (DNS allows `_` and more, which IDNA refuses; the C
+        // library asks for them too); others through IDNA.
+        let parsed = if name.is_ascii() {
+            Name::from_ascii(name)
+        } else {
+            Name::from_utf8(name)
+        };
+        let Ok(parsed) = parsed else {
             return Box::pin(std::future::ready(Err(Failed::new(Failure::NotFound))));
         };
         if let Some(ips) = self.in_hosts_file(&parsed) {
@@ -688,6 +703,10 @@ mod tests {
         tokio::time::advance(Duration::from_secs(6)).await;
         r.lookup("short.test").await.unwrap_err();
         assert_eq!(src.asked(), 4);
+        // An answer without an address is a failure like NXDOMAIN.
+        src.set("empty.test", addrs(&[], 60));
+        assert_eq!(r.lookup("empty.test").await, Err(Failure::NotFound));
+        assert_eq!(r.stats().failures[Failure::NotFound as usize], 5);
         // The name appears: its next lookup finds it.
         src.set("gone.test", addrs(&["192.0.2.9"], 60));
         tokio::time::advance(Duration::from_secs(31)).await;
@@ -804,6 +823,16 @@ mod tests {
         r.lookup("brief.test").await.unwrap();
         assert_eq!(src.asked(), asked + 1);
         assert_eq!(r.stats().names, 3);
+    }
+
+    #[tokio::test]
+    async fn a_name_longer_than_dns_allows_is_not_asked_or_kept() {
+        let src = Script::with(Duration::ZERO, &[]);
+        let r = resolver(&src, settings());
+        let long = format!("{}.test", "a".repeat(300));
+        assert_eq!(r.lookup(&long).await, Err(Failure::NotFound));
+        assert_eq!(src.asked(), 0);
+        assert_eq!(r.stats().names, 0);
     }
 
     /// The system source on this machine: `localhost` from `/etc/hosts` (loopback only, as
