@@ -35,8 +35,9 @@
 //!
 //! The store is reached only through [`trove_store::Storage`], so a disk tier plugs in
 //! beneath without the core changing. The policies the server and the simulator must
-//! share live here too: [`cookie`] (what to do with `Set-Cookie` and `Cookie`) and
-//! [`abort`] (finish or stop a fetch whose clients have gone).
+//! share live here too: [`cookie`] (what to do with `Set-Cookie` and `Cookie`),
+//! [`abort`] (finish or stop a fetch whose clients have gone) and [`resume`] (whether a
+//! reader detached from a body that is not stored may go on with a fetch of its own).
 //!
 //! Dependencies: `trove-http` (the RFC rules), `trove-store` (the storage interface), `http`
 //! for the vocabulary types, `bytes` for bodies, `serde` so the policies deserialize
@@ -54,6 +55,7 @@ pub mod partial;
 pub mod prepare;
 pub mod request;
 pub mod respond;
+pub mod resume;
 pub mod status;
 mod step;
 

@@ -55,6 +55,9 @@ pub enum ShedReason {
     QueueTimeout,
     /// As many requests as the proxy allows already wait on origins.
     PendingLimit,
+    /// Every connection the origin may give to streamed request bodies is taken, and none
+    /// came free in time.
+    UploadLimit,
 }
 
 impl ShedReason {
@@ -63,6 +66,7 @@ impl ShedReason {
             ShedReason::QueueWait => "shed-queue-wait",
             ShedReason::QueueTimeout => "shed-queue-timeout",
             ShedReason::PendingLimit => "shed-pending-limit",
+            ShedReason::UploadLimit => "shed-upload-limit",
         }
     }
 }

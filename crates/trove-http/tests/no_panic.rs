@@ -108,7 +108,7 @@ fn headers(rng: &mut Rng) -> HeaderMap {
         trove_http::CDN_CACHE_CONTROL,
         trove_http::TROVE_CACHE_CONTROL,
     ] {
-        if rng.next() % 3 == 0 {
+        if rng.next().is_multiple_of(3) {
             if let Ok(v) = HeaderValue::from_str(&rng.string()) {
                 h.append(name, v);
             }

@@ -15,20 +15,24 @@
 //! Addresses are judged by what they are, never by how they are spelled: a host is turned
 //! into candidate addresses once ([`DestinationPolicy::resolve`]: IP literals in every
 //! spelling `inet_aton` accepts, such as `127.1`, `2130706433`, `0x7f.1` or
-//! `017700000001`, without asking DNS; other names through the system resolver), every
-//! candidate is normalised ([`canonical`]: IPv4-mapped, IPv4-compatible and NAT64 IPv6
-//! addresses are judged as the IPv4 address they carry) and checked, and the caller
-//! connects to exactly those checked addresses ([`connect`]) — so a name can't resolve to a
-//! public address for the check and to a private one for the connect (DNS rebinding). If
-//! any candidate is refused the whole name is: a name that mixes a public address with a
-//! loopback one is a rebinding attempt more often than a mistake.
+//! `017700000001`, without asking DNS; other names through trove's caching resolver,
+//! `crate::resolver`), every candidate is normalised ([`canonical`]: IPv4-mapped,
+//! IPv4-compatible and NAT64 IPv6 addresses are judged as the IPv4 address they carry) and
+//! checked, and the caller connects to exactly those checked addresses ([`connect`]) — so a
+//! name can't resolve to a public address for the check and to a private one for the
+//! connect (DNS rebinding). The resolver's cache changes nothing to that: it hands out one
+//! immutable list per answer ([`Addrs`] shares it), which is checked for the client each
+//! time it is used and is the very list connected to; a name's next answer, once the cached
+//! one expires, is checked anew. If any candidate is refused the whole name is: a name that
+//! mixes a public address with a loopback one is a rebinding attempt more often than a
+//! mistake.
 //!
 //! Upstreams named in the operator's `[[origin]]` routes are configuration, not client
-//! input, and are never checked (see `upstream::Chooser`).
+//! input, and are never checked (see `upstream::Chooser`); they are resolved through the
+//! same cache ([`candidates`]).
 //!
-//! Only the standard library and tokio's `lookup_host` (the system resolver, so
-//! `/etc/hosts` and `nsswitch.conf` apply as for every other program on the host) are used:
-//! the checks are a few comparisons on `std::net` types, which need no crate.
+//! Only the standard library is used for the checks: they are a few comparisons on
+//! `std::net` types, which need no crate.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -38,6 +42,7 @@ use ipnet::IpNet;
 use tokio::net::TcpStream;
 
 use crate::acl::{Acl, PortSet};
+use crate::resolver::Resolver;
 
 /// Whether a client counts as local to trove's host (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,7 +69,26 @@ impl ClientClass {
 #[derive(Debug, Clone)]
 pub struct Reach {
     pub class: ClientClass,
-    pub checked: Option<Arc<[SocketAddr]>>,
+    pub checked: Option<Addrs>,
+}
+
+/// The addresses a host stands for at one port, in the order to try them: an IP literal, or
+/// a name's answer as the resolver's cache holds it (shared, never copied).
+#[derive(Debug, Clone)]
+pub struct Addrs {
+    ips: Arc<[IpAddr]>,
+    port: u16,
+}
+
+impl Addrs {
+    pub fn new(ips: Arc<[IpAddr]>, port: u16) -> Addrs {
+        Addrs { ips, port }
+    }
+
+    /// The socket addresses, in order.
+    pub fn iter(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.ips.iter().map(|ip| SocketAddr::new(*ip, self.port))
+    }
 }
 
 /// Why a destination was refused; the `reason` label of
@@ -458,18 +482,25 @@ impl DestinationPolicy {
         })
     }
 
-    /// The addresses `host` stands for at `port`, each checked for a client of `class`.
-    /// Resolves once: connect to exactly these ([`connect`]). Callers bound the time.
+    /// Whether a client of `class` may make trove connect to every one of `addrs`.
+    pub fn check_all(&self, addrs: &Addrs, class: ClientClass) -> Result<(), Refusal> {
+        addrs.iter().try_for_each(|a| self.check(a, class))
+    }
+
+    /// The addresses `host` stands for at `port` (through `resolver`'s cache), each
+    /// checked for a client of `class`: connect to exactly these ([`connect`]). Callers
+    /// bound the time.
     pub async fn resolve(
         &self,
+        resolver: &Resolver,
         host: &str,
         port: u16,
         class: ClientClass,
-    ) -> Result<Vec<SocketAddr>, Blocked> {
-        let addrs = candidates(host, port).await.map_err(Blocked::Resolve)?;
-        for a in &addrs {
-            self.check(*a, class).map_err(Blocked::Refused)?;
-        }
+    ) -> Result<Addrs, Blocked> {
+        let addrs = candidates(resolver, host, port)
+            .await
+            .map_err(Blocked::Resolve)?;
+        self.check_all(&addrs, class).map_err(Blocked::Refused)?;
         Ok(addrs)
     }
 }
@@ -490,27 +521,24 @@ fn is_local_address(addr: SocketAddr, ip: IpAddr) -> bool {
 }
 
 /// The candidate addresses for `host` (brackets around IPv6 allowed) at `port`: an IP
-/// literal is taken as it is, a name is asked of the system resolver, once.
-pub async fn candidates(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+/// literal is taken as it is, a name is asked of `resolver` (its cache, or one lookup). A
+/// name that doesn't resolve is an error of kind `TimedOut` when the name servers did not
+/// answer in time, else `NotFound` or `Other` (`resolver::Failure::to_io`).
+pub async fn candidates(resolver: &Resolver, host: &str, port: u16) -> io::Result<Addrs> {
     if let Some(ip) = parse_literal(host) {
-        return Ok(vec![SocketAddr::new(ip, port)]);
+        return Ok(Addrs::new(Arc::new([ip]), port));
     }
-    let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
-    addrs.dedup();
-    if addrs.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{host} has no address"),
-        ));
+    match resolver.lookup(host).await {
+        Ok(ips) => Ok(Addrs::new(ips, port)),
+        Err(why) => Err(why.to_io(host)),
     }
-    Ok(addrs)
 }
 
 /// Connects to the first of `addrs` that accepts, in order (as `TcpStream::connect` does
 /// for a name); callers bound the time.
-pub async fn connect(addrs: &[SocketAddr]) -> io::Result<TcpStream> {
+pub async fn connect(addrs: &Addrs) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-    for a in addrs {
+    for a in addrs.iter() {
         match TcpStream::connect(a).await {
             Ok(s) => return Ok(s),
             Err(e) => last = e,
@@ -709,22 +737,73 @@ mod tests {
     #[tokio::test]
     async fn names_resolve_once_and_every_candidate_is_checked() {
         let p = DestinationPolicy::default();
+        let r = Resolver::system(&Default::default(), std::time::Duration::from_secs(5));
         let addrs = p
-            .resolve("localhost", 80, ClientClass::Local)
+            .resolve(&r, "localhost", 80, ClientClass::Local)
             .await
             .unwrap();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
         assert!(matches!(
-            p.resolve("localhost", 80, ClientClass::Remote).await,
+            p.resolve(&r, "localhost", 80, ClientClass::Remote).await,
             Err(Blocked::Refused(Refusal::Loopback))
         ));
         assert!(matches!(
-            p.resolve("[::ffff:7f00:1]", 80, ClientClass::Remote).await,
+            p.resolve(&r, "[::ffff:7f00:1]", 80, ClientClass::Remote)
+                .await,
             Err(Blocked::Refused(Refusal::Loopback))
         ));
         assert!(matches!(
-            p.resolve("name.invalid", 80, ClientClass::Remote).await,
+            p.resolve(&r, "name.invalid", 80, ClientClass::Remote).await,
             Err(Blocked::Resolve(_))
         ));
+    }
+
+    /// A name that answers a public address, then (its TTL over) a loopback one: the
+    /// cached answer is what was checked and what is handed out; the next answer is
+    /// checked anew and refused.
+    #[tokio::test(start_paused = true)]
+    async fn a_name_s_next_answer_is_checked_anew() {
+        use crate::resolver::{Answer, Found, Source};
+        use std::future::Future;
+        use std::pin::Pin;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+
+        /// Answers 93.184.215.14 first, 127.0.0.1 after, each with a 60 s TTL.
+        struct Rebinding(AtomicUsize);
+        impl Source for Rebinding {
+            fn lookup(&self, _: &str) -> Pin<Box<dyn Future<Output = Found> + Send>> {
+                let n = self.0.fetch_add(1, Ordering::SeqCst);
+                let ip = if n == 0 { "93.184.215.14" } else { "127.0.0.1" };
+                Box::pin(std::future::ready(Ok(Answer {
+                    ips: vec![ip.parse().unwrap()],
+                    ttl: Duration::from_secs(60),
+                })))
+            }
+        }
+        let p = DestinationPolicy::default();
+        let r = Resolver::with_source(
+            &Default::default(),
+            Duration::from_secs(5),
+            Arc::new(Rebinding(AtomicUsize::new(0))),
+        );
+        let remote = ClientClass::Remote;
+        let first = p.resolve(&r, "rebind.test", 80, remote).await.unwrap();
+        let again = p.resolve(&r, "rebind.test", 80, remote).await.unwrap();
+        assert_eq!(
+            first.iter().collect::<Vec<_>>(),
+            vec![at("93.184.215.14", 80)]
+        );
+        assert!(Arc::ptr_eq(&first.ips, &again.ips), "one answer, shared");
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(matches!(
+            p.resolve(&r, "rebind.test", 80, remote).await,
+            Err(Blocked::Refused(Refusal::Loopback))
+        ));
+        // What a request checked earlier is still exactly what it connects to.
+        assert_eq!(
+            first.iter().collect::<Vec<_>>(),
+            vec![at("93.184.215.14", 80)]
+        );
     }
 }

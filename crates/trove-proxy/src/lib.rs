@@ -7,12 +7,14 @@
 //! deliver), [`origin`] talks to origin servers over pooled connections, [`client::respond`]
 //! writes the reply, and [`access_log`] and [`metrics`] record the [`outcome::Outcome`].
 //! [`destination`] guards every connection whose destination a client chose (forward
-//! requests, CONNECT tunnels) against server-side request forgery.
+//! requests, CONNECT tunnels) against server-side request forgery; [`resolver`] turns names
+//! into addresses for every connection, with a cache.
 //!
 //! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
-//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks), socket2 (the
-//! listening socket's backlog), rustix (`poll` for the acceptor threads and the open files
-//! limit, without `unsafe`), and trove's own rules (`trove-http`) and store (`trove-store`).
+//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks),
+//! hickory-resolver (DNS, under [`resolver`]'s cache), socket2 (the listening socket's
+//! backlog), rustix (`poll` for the acceptor threads and the open files limit, without
+//! `unsafe`), and trove's own rules (`trove-http`) and store (`trove-store`).
 
 pub mod access_log;
 pub mod acl;
@@ -24,6 +26,7 @@ pub mod listener;
 pub mod metrics;
 pub mod origin;
 pub mod reply;
+pub mod resolver;
 pub mod route;
 pub mod settings;
 pub mod state;

@@ -3,11 +3,14 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use trove_cache::resume::Detached;
 use trove_cache::Outcome;
 
 use crate::destination::Refusal;
+use crate::resolver::{self, Answered, Failure};
 
 /// Metric names, declared once.
 pub mod names {
@@ -40,6 +43,17 @@ pub mod names {
     pub const DESTINATIONS_REFUSED: &str = "trove_destinations_refused_total";
     /// Connections to the admin listener from outside `[admin] allow`.
     pub const ADMIN_REFUSED: &str = "trove_admin_connections_refused_total";
+    pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
+    pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
+    pub const BODY_TIMEOUTS: &str = "trove_request_body_timeouts_total";
+    /// Requests for a name's addresses, by `result` (`resolver::Answered`): `hit`,
+    /// `negative-hit` (a cached failure), `miss` (a lookup was started), `joined` (waited on
+    /// one under way).
+    pub const RESOLVER_QUERIES: &str = "trove_resolver_queries_total";
+    /// Lookups that failed, by `reason` (`resolver::Failure`).
+    pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
+    /// Names the resolver's cache holds.
+    pub const RESOLVER_NAMES: &str = "trove_resolver_names";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -99,6 +113,8 @@ pub struct Metrics {
     pub origin_requests: AtomicU64,
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
+    /// Request bodies cut off for arriving too slowly (answered 408).
+    pub body_timeouts: AtomicU64,
     pub shed: AtomicU64,
     /// Connections closed at accept because `max_client_connections` were open.
     pub client_refused: AtomicU64,
@@ -110,6 +126,13 @@ pub struct Metrics {
     pub destinations_refused: [AtomicU64; Refusal::ALL.len()],
     /// Admin connections refused by `[admin] allow`.
     pub admin_refused: AtomicU64,
+    /// Response body bytes held in memory outside the store's budget: bodies streamed to
+    /// clients without being stored, or that left the store while arriving. Shared with
+    /// every such `trove_store::Body` (`Body::set_meter`).
+    pub body_buffered: Arc<AtomicU64>,
+    /// Readers detached from a body that left the store, by what became of them (as
+    /// `Detached::ALL`).
+    pub detached: [AtomicU64; Detached::ALL.len()],
 }
 
 /// Store figures, read when rendering.
@@ -122,6 +145,8 @@ pub struct StoreFigures {
     /// Objects removed from the store, by reason (as `trove_store::Removal::ALL`).
     pub removed: [u64; trove_store::Removal::ALL.len()],
     pub log_dropped: u64,
+    /// The resolver's counters.
+    pub resolver: resolver::Stats,
 }
 
 fn inc(c: &AtomicU64) {
@@ -150,6 +175,11 @@ impl Metrics {
         inc(&self.destinations_refused[why.index()]);
     }
 
+    /// Counts a reader detached from a shared body.
+    pub fn count_detached(&self, how: Detached) {
+        inc(&self.detached[how as usize]);
+    }
+
     pub fn count(&self, outcome: Outcome) -> u64 {
         self.by_outcome[outcome.index()].load(Ordering::Relaxed)
     }
@@ -172,7 +202,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 16] = [
+        let counters: [(&str, &str, u64); 17] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -225,6 +255,11 @@ impl Metrics {
                 g(&self.bad_requests),
             ),
             (
+                names::BODY_TIMEOUTS,
+                "Request bodies cut off for arriving too slowly (408).",
+                g(&self.body_timeouts),
+            ),
+            (
                 names::SHED,
                 "Requests shed under overload: answered 503 at once rather than queued for an origin.",
                 g(&self.shed),
@@ -256,7 +291,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
-        let gauges: [(&str, &str, i64); 5] = [
+        let gauges: [(&str, &str, i64); 6] = [
             (
                 names::CLIENT_CONNECTIONS_OPEN,
                 "Client connections open.",
@@ -266,6 +301,11 @@ impl Metrics {
                 names::ORIGIN_CONNECTIONS_OPEN,
                 "Origin connections open.",
                 self.origin_open.load(Ordering::Relaxed),
+            ),
+            (
+                names::BODY_BUFFERED,
+                "Response body bytes held in memory outside the store (bodies not being stored).",
+                self.body_buffered.load(Ordering::Relaxed) as i64,
             ),
             (
                 names::STORE_BYTES,
@@ -303,6 +343,15 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
+        let name = names::READERS_DETACHED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Readers that fell too far behind a body no longer stored, by what became of them.\n# TYPE {name} counter"
+        );
+        for how in Detached::ALL {
+            let n = self.detached[how as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{outcome=\"{}\"}} {n}", how.as_str());
+        }
         let name = names::STORE_REMOVALS;
         let _ = writeln!(
             out,
@@ -321,6 +370,30 @@ impl Metrics {
             let n = g(&self.destinations_refused[why.index()]);
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
+        let name = names::RESOLVER_QUERIES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests for a name's addresses, by how the resolver's cache answered.\n# TYPE {name} counter"
+        );
+        for a in Answered::ALL {
+            let n = store.resolver.answered[a as usize];
+            let _ = writeln!(out, "{name}{{result=\"{}\"}} {n}", a.as_str());
+        }
+        let name = names::RESOLVER_FAILURES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Name lookups that failed, by reason.\n# TYPE {name} counter"
+        );
+        for why in Failure::ALL {
+            let n = store.resolver.failures[why as usize];
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
+        }
+        let name = names::RESOLVER_NAMES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Names held by the resolver's cache.\n# TYPE {name} gauge\n{name} {}",
+            store.resolver.names
+        );
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(
             out,

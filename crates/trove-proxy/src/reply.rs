@@ -1,12 +1,14 @@
 //! What the request state machine hands back to the connection to write.
 
-use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
-use trove_store::BodyReader;
-
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use trove_cache::resume::Detached;
 use trove_cache::{AbortPolicy, Outcome, Storing};
+use trove_store::BodyReader;
 
 use crate::metrics::Metrics;
 use crate::origin::OriginResponse;
@@ -19,10 +21,12 @@ pub enum ReplyBody {
     /// Bytes in hand.
     Bytes(Bytes),
     /// A stored body, possibly still arriving: bytes `[reader position, end)`, where `end`
-    /// is `None` for "to the end, length unknown yet".
+    /// is `None` for "to the end, length unknown yet". `detach` says what happens if the
+    /// reader falls too far behind a body that leaves the store (see `trove_store::Body`).
     Stored {
         reader: BodyReader,
         end: Option<u64>,
+        detach: Option<Box<Detach>>,
     },
     /// An origin response passed through without storing.
     Origin(Box<PassBody>),
@@ -60,6 +64,48 @@ impl PassBody {
             crate::origin::abandon(&mut resp, abort, Storing::No, delivered + unsent, &metrics)
                 .await;
         });
+    }
+}
+
+/// The rest of a body from an offset (up to an end, if given) on a fetch of the reader's
+/// own, or `None` if the origin would not give exactly that.
+pub type ResumeFuture = Pin<Box<dyn Future<Output = Option<OriginResponse>> + Send>>;
+
+/// Starts a [`ResumeFuture`] for bytes `from..end`.
+pub type Resume = Box<dyn FnOnce(u64, Option<u64>) -> ResumeFuture + Send>;
+
+/// What to do with a reader of a stored body that is detached: it fell further behind than
+/// a body no longer being stored keeps (see `trove_store::Body`).
+pub struct Detach {
+    pub metrics: Arc<Metrics>,
+    /// Set when the response can be resumed (a strong validator, see
+    /// `trove_cache::resume`); else the client is cut off.
+    pub resume: Option<Resume>,
+}
+
+impl std::fmt::Debug for Detach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detach")
+            .field("resumable", &self.resume.is_some())
+            .finish()
+    }
+}
+
+impl Detach {
+    /// The reader at `from` was detached: the rest of the body from a fetch of its own,
+    /// or `None` (cut off). Counted either way.
+    pub async fn resume(self, from: u64, end: Option<u64>) -> Option<OriginResponse> {
+        let resp = match self.resume {
+            Some(start) => start(from, end).await,
+            None => None,
+        };
+        let how = if resp.is_some() {
+            Detached::Resumed
+        } else {
+            Detached::CutOff
+        };
+        self.metrics.count_detached(how);
+        resp
     }
 }
 
@@ -109,6 +155,17 @@ impl Reply {
             peer: None,
             close: false,
         }
+    }
+
+    /// Gives a reply streaming a body that is still arriving (so it may be detached, see
+    /// [`Detach`]) what `make` says to do then; other replies are returned unchanged.
+    pub fn with_detach(mut self, make: impl FnOnce() -> Detach) -> Reply {
+        if let ReplyBody::Stored { reader, detach, .. } = &mut self.body {
+            if reader.may_detach() {
+                *detach = Some(Box::new(make()));
+            }
+        }
+        self
     }
 
     /// Like [`Reply::simple`], closing the connection afterwards.

@@ -1,7 +1,7 @@
 //! The proxy's settings, as read from the `[listener]`, `[access]`, `[cache]`, `[limits]`,
-//! `[timeouts]`, `[origin_pool]`, `[connect]`, `[[origin]]` and `[log]` sections of trove's
-//! TOML config. Every section rejects unknown keys, and every value has a safe default.
-//! Every timeout must be greater than 0 ([`Settings::validate`]).
+//! `[timeouts]`, `[origin_pool]`, `[connect]`, `[resolver]`, `[[origin]]` and `[log]`
+//! sections of trove's TOML config. Every section rejects unknown keys, and every value has
+//! a safe default. Every timeout must be greater than 0 ([`Settings::validate`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -89,10 +89,17 @@ pub struct CacheSettings {
     /// `"s3-fifo"` (default) or `"lru"`.
     #[serde(deserialize_with = "de_eviction")]
     pub eviction: trove_store::EvictionKind,
-    /// How far (bytes) an origin may be read ahead of the slowest client when the response
+    /// How far (bytes) an origin may be read ahead of the fastest client when the response
     /// is not being stored.
     #[serde(deserialize_with = "de_size")]
     pub read_ahead: u64,
+    /// Most bytes of one response body held in memory outside the store (see
+    /// `trove_store::Body`): a body not, or no longer, being stored keeps only this much
+    /// behind the origin, and a client further behind is detached (resumed on a fetch of
+    /// its own, or cut off); a body of unknown length being stored is read at most this
+    /// far ahead of its fastest client. At least `read_ahead`; a unit is required.
+    #[serde(deserialize_with = "de_size_with_unit")]
+    pub stream_buffer: u64,
     /// Heuristic freshness: this fraction of the time since Last-Modified (RFC 9111 §4.2.2).
     pub heuristic_fraction: f64,
     /// Upper bound on heuristic freshness.
@@ -141,6 +148,7 @@ impl Default for CacheSettings {
             max_object: 64 << 20,
             eviction: trove_store::EvictionKind::default(),
             read_ahead: 64 << 10,
+            stream_buffer: 1 << 20,
             heuristic_fraction: 0.1,
             heuristic_max: Duration::from_secs(86_400),
             cookies: trove_cache::CookiePolicy::default(),
@@ -161,6 +169,17 @@ pub struct LimitSettings {
     pub listen_backlog: u32,
     /// Requests waiting for an origin at once; more are answered 503 at once (load shedding).
     pub max_pending_origin_requests: usize,
+    /// The slowest a request body may arrive, in bytes per second, once `[timeouts]
+    /// client_body` has passed: each this many bytes received extends the body's deadline by
+    /// one second (see `client::body`). A unit is required (`"1KiB"` or `"1KiB/s"`).
+    #[serde(deserialize_with = "de_rate")]
+    pub client_body_min_rate: u64,
+    /// Request bodies up to this size are read whole before an origin connection is taken,
+    /// so a slow sender holds only its own client connection. Larger bodies stream to the
+    /// origin as they arrive, within `[origin_pool] max_uploads_per_origin`. A unit is
+    /// required.
+    #[serde(deserialize_with = "de_size_with_unit")]
+    pub client_body_buffer: u64,
 }
 
 impl Default for LimitSettings {
@@ -174,6 +193,8 @@ impl Default for LimitSettings {
             // 5,000 clients connected at once).
             listen_backlog: 4096,
             max_pending_origin_requests: 10_000,
+            client_body_min_rate: 1 << 10,
+            client_body_buffer: 64 << 10,
         }
     }
 }
@@ -199,6 +220,11 @@ pub struct TimeoutSettings {
     /// Longest time a client may take to accept bytes we send.
     #[serde(deserialize_with = "de_duration")]
     pub client_write: Duration,
+    /// Time allowed for a whole request body after its head, extended by one second for
+    /// every `[limits] client_body_min_rate` bytes received (see `client::body`). A unit is
+    /// required.
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub client_body: Duration,
 }
 
 impl Default for TimeoutSettings {
@@ -210,6 +236,7 @@ impl Default for TimeoutSettings {
             origin_response: Duration::from_secs(60),
             origin_body: Duration::from_secs(60),
             client_write: Duration::from_secs(60),
+            client_body: Duration::from_secs(30),
         }
     }
 }
@@ -228,6 +255,11 @@ pub struct PoolSettings {
     /// `Retry-After`. Zero queues nothing: a request finding every connection busy is shed.
     #[serde(deserialize_with = "de_duration")]
     pub max_queue_wait: Duration,
+    /// Connections to one origin that requests still streaming their body up may hold at
+    /// once (bodies over `[limits] client_body_buffer`); more wait for one like for any
+    /// connection, then get 503. Default: a quarter of `max_per_origin` (at least 1), so
+    /// uploads, however slow, always leave connections to everything else.
+    pub max_uploads_per_origin: Option<usize>,
 }
 
 impl Default for PoolSettings {
@@ -236,7 +268,17 @@ impl Default for PoolSettings {
             max_per_origin: 256,
             idle_timeout: Duration::from_secs(30),
             max_queue_wait: Duration::from_secs(1),
+            max_uploads_per_origin: None,
         }
+    }
+}
+
+impl PoolSettings {
+    /// The upload limit in force (see `max_uploads_per_origin`).
+    pub fn uploads_per_origin(&self) -> usize {
+        self.max_uploads_per_origin
+            .unwrap_or(self.max_per_origin / 4)
+            .max(1)
     }
 }
 
@@ -251,6 +293,36 @@ impl Default for ConnectSettings {
     fn default() -> Self {
         ConnectSettings {
             allowed_ports: vec![443],
+        }
+    }
+}
+
+/// `[resolver]`: how long answers about names are kept (see `crate::resolver`). The
+/// durations need a unit (`"30s"`, `"1h"`): a bare number is refused.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResolverSettings {
+    /// An answer is kept at most this long, however long its records' TTL. Greater than 0.
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub max_ttl: Duration,
+    /// ... and at least this long, however short their TTL (0 follows the TTL exactly).
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub min_ttl: Duration,
+    /// A failure (no such name, no address, no answer from the name servers) is kept this
+    /// long, or the zone's shorter negative TTL; 0 keeps none.
+    #[serde(deserialize_with = "de_duration_with_unit")]
+    pub negative_ttl: Duration,
+    /// Names kept at most (answers and failures). At least 1.
+    pub max_names: usize,
+}
+
+impl Default for ResolverSettings {
+    fn default() -> Self {
+        ResolverSettings {
+            max_ttl: Duration::from_secs(3600),
+            min_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(30),
+            max_names: 10_000,
         }
     }
 }
@@ -294,6 +366,7 @@ pub struct Settings {
     pub timeouts: TimeoutSettings,
     pub origin_pool: PoolSettings,
     pub connect: ConnectSettings,
+    pub resolver: ResolverSettings,
     pub origins: Vec<OriginRoute>,
     pub log: LogSettings,
     /// Addresses of trove's other listeners (the admin listener), as bound: the destination
@@ -314,6 +387,7 @@ impl Default for Settings {
             timeouts: TimeoutSettings::default(),
             origin_pool: PoolSettings::default(),
             connect: ConnectSettings::default(),
+            resolver: ResolverSettings::default(),
             origins: Vec::new(),
             log: LogSettings::default(),
             other_listeners: Vec::new(),
@@ -371,6 +445,12 @@ impl Settings {
         if self.cache.memory < 1 << 20 {
             return Err("cache.memory: at least 1MiB".into());
         }
+        if self.cache.stream_buffer == 0 {
+            return Err("cache.stream_buffer: must be greater than 0".into());
+        }
+        if self.cache.stream_buffer < self.cache.read_ahead {
+            return Err("cache.stream_buffer: at least cache.read_ahead".into());
+        }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return Err("cache.heuristic_fraction: must be between 0 and 1".into());
         }
@@ -386,6 +466,20 @@ impl Settings {
         if self.origin_pool.max_per_origin == 0 {
             return Err("origin_pool.max_per_origin: at least 1".into());
         }
+        if let Some(n) = self.origin_pool.max_uploads_per_origin {
+            if n == 0 || n > self.origin_pool.max_per_origin {
+                return Err(
+                    "origin_pool.max_uploads_per_origin: between 1 and origin_pool.max_per_origin"
+                        .into(),
+                );
+            }
+        }
+        if self.limits.client_body_min_rate == 0 {
+            return Err("limits.client_body_min_rate: must be greater than 0".into());
+        }
+        if self.limits.client_body_buffer == 0 {
+            return Err("limits.client_body_buffer: must be greater than 0".into());
+        }
         // At zero a timeout fires at once (every connection, request or tunnel fails), and
         // the pool's reaper interval would be zero.
         let t = &self.timeouts;
@@ -396,11 +490,23 @@ impl Settings {
             ("timeouts.origin_response", t.origin_response),
             ("timeouts.origin_body", t.origin_body),
             ("timeouts.client_write", t.client_write),
+            ("timeouts.client_body", t.client_body),
             ("origin_pool.idle_timeout", self.origin_pool.idle_timeout),
         ] {
             if d.is_zero() {
                 return Err(format!("{key}: must be greater than 0"));
             }
+        }
+        // A cache that keeps nothing would resolve on every request again.
+        let r = &self.resolver;
+        if r.max_ttl.is_zero() {
+            return Err("resolver.max_ttl: must be greater than 0".into());
+        }
+        if r.min_ttl > r.max_ttl {
+            return Err("resolver.min_ttl: must not exceed resolver.max_ttl".into());
+        }
+        if r.max_names == 0 {
+            return Err("resolver.max_names: at least 1".into());
         }
         Ok(())
     }
@@ -465,6 +571,43 @@ fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+/// Like `de_size`, but a bare number is refused: newer keys must say their unit.
+fn de_size_with_unit<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("give a size with its unit, e.g. \"1MiB\""))?;
+    if s.trim().ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(serde::de::Error::custom(format!(
+            "size {s:?} needs a unit (B, KiB, MiB, GiB)"
+        )));
+    }
+    parse_size(&s).map_err(serde::de::Error::custom)
+}
+
+/// Like `de_duration`, but a bare number is refused: newer keys must say their unit.
+fn de_duration_with_unit<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("give a duration with its unit, e.g. \"30s\""))?;
+    if s.trim().ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(serde::de::Error::custom(format!(
+            "duration {s:?} needs a unit (ms, s, m, h, d)"
+        )));
+    }
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+/// A rate in bytes per second: a size with its unit, optionally followed by `/s`.
+fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("give a rate with its unit, e.g. \"1KiB/s\""))?;
+    let size = s.trim().strip_suffix("/s").unwrap_or(&s);
+    if size.trim().ends_with(|c: char| c.is_ascii_digit()) {
+        return Err(serde::de::Error::custom(format!(
+            "rate {s:?} needs a unit (B, KiB, MiB per second)"
+        )));
+    }
+    parse_size(size).map_err(serde::de::Error::custom)
+}
+
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     match NumOrStr::deserialize(d)? {
         NumOrStr::Num(n) => Ok(Duration::from_secs(n)),
@@ -501,7 +644,7 @@ mod tests {
     #[test]
     fn zero_durations_are_refused_by_name() {
         type Set = fn(&mut Settings);
-        let cases: [(&str, Set); 7] = [
+        let cases: [(&str, Set); 8] = [
             ("origin_pool.idle_timeout", |s| {
                 s.origin_pool.idle_timeout = Duration::ZERO
             }),
@@ -521,6 +664,9 @@ mod tests {
             ("timeouts.client_write", |s| {
                 s.timeouts.client_write = Duration::ZERO
             }),
+            ("timeouts.client_body", |s| {
+                s.timeouts.client_body = Duration::ZERO
+            }),
         ];
         for (key, set) in cases {
             let mut s = Settings::default();
@@ -534,5 +680,30 @@ mod tests {
         s.cache.heuristic_max = Duration::ZERO;
         s.validate().unwrap();
         Settings::default().validate().unwrap();
+    }
+
+    /// The resolver cache must keep answers (else every request resolves again) and room
+    /// for a name; 0 is meaningful for min_ttl (follow TTLs) and negative_ttl (keep no
+    /// failure).
+    #[test]
+    fn resolver_settings_are_checked_by_name() {
+        type Set = fn(&mut ResolverSettings);
+        let cases: [(&str, Set); 3] = [
+            ("resolver.max_ttl", |r| r.max_ttl = Duration::ZERO),
+            ("resolver.max_names", |r| r.max_names = 0),
+            ("resolver.min_ttl", |r| {
+                r.min_ttl = Duration::from_secs(7200)
+            }),
+        ];
+        for (key, set) in cases {
+            let mut s = Settings::default();
+            set(&mut s.resolver);
+            let e = s.validate().expect_err(key);
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let mut s = Settings::default();
+        s.resolver.min_ttl = Duration::ZERO;
+        s.resolver.negative_ttl = Duration::ZERO;
+        s.validate().unwrap();
     }
 }

@@ -16,7 +16,8 @@ use crate::cache::collapse::KeyLocks;
 use crate::destination::DestinationPolicy;
 use crate::fd_limit::Freed;
 use crate::metrics::{Metrics, StoreFigures};
-use crate::origin::{Pool, PoolLimits};
+use crate::origin::{Pool, PoolLimits, Reachability};
+use crate::resolver::Resolver;
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
 
@@ -29,6 +30,8 @@ pub struct Shared {
     pub safe_ports: crate::acl::PortSet,
     /// Where clients may make trove connect (forward requests and CONNECT tunnels).
     pub destinations: Arc<DestinationPolicy>,
+    /// Names to addresses, cached, for every connection trove makes to a name.
+    pub resolver: Resolver,
     pub routes: Routes,
     /// The store, behind the storage interface the cache core is written against.
     pub store: Arc<dyn Storage>,
@@ -79,18 +82,24 @@ impl Shared {
                 )
             })?,
         );
+        // Lookups are bounded like the connections they are for.
+        let resolver = Resolver::system(&settings.resolver, settings.timeouts.connect);
         let c = &settings.cache;
         let store: Arc<dyn Storage> =
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: settings.origin_pool.max_per_origin,
+                max_uploads: settings.origin_pool.uploads_per_origin(),
                 idle_timeout: settings.origin_pool.idle_timeout,
                 connect_timeout: settings.timeouts.connect,
                 max_queue_wait: settings.origin_pool.max_queue_wait,
             },
             Arc::clone(&metrics),
-            Arc::clone(&destinations),
+            Reachability {
+                destinations: Arc::clone(&destinations),
+                resolver: resolver.clone(),
+            },
         );
         let log = AccessLog::open(&settings.log.access)?;
         let base = Policy {
@@ -113,6 +122,7 @@ impl Shared {
             safe_ports: crate::acl::PortSet::parse(&settings.access.safe_ports)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
             destinations,
+            resolver,
             routes: Routes::new(&settings.origins),
             origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
             settings,
@@ -158,6 +168,7 @@ impl Shared {
             evictions: s.evictions,
             removed: s.removed,
             log_dropped: self.log.dropped(),
+            resolver: self.resolver.stats(),
         })
     }
 }

@@ -15,6 +15,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::client::body::ReadSide;
 use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Refusal};
+use crate::resolver::Resolver;
 
 /// How a tunnel ended, for the log.
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub struct TunnelRules<'a> {
     /// `connect.allowed_ports`.
     pub allowed_ports: &'a [u16],
     pub destinations: &'a DestinationPolicy,
+    /// Names to addresses (cached).
+    pub resolver: &'a Resolver,
     /// Bounds name resolution and the TCP connect together.
     pub connect_timeout: Duration,
     /// A tunnel silent both ways this long is closed.
@@ -49,6 +52,7 @@ pub async fn run(
     let TunnelRules {
         allowed_ports,
         destinations,
+        resolver,
         connect_timeout,
         idle_timeout,
     } = rules;
@@ -65,7 +69,7 @@ pub async fn run(
     }
     // Resolve once, check every address, connect to exactly those.
     let open = async {
-        let addrs = destinations.resolve(host, port, class).await?;
+        let addrs = destinations.resolve(resolver, host, port, class).await?;
         destination::connect(&addrs).await.map_err(Blocked::Resolve)
     };
     let server = match tokio::time::timeout(connect_timeout, open).await {
@@ -82,8 +86,9 @@ pub async fn run(
                 ..refuse(StatusCode::FORBIDDEN)
             };
         }
-        // The name did not resolve, or no address accepted: as before the guard.
-        Ok(Err(Blocked::Resolve(_))) => {
+        // The name did not resolve, or no address accepted: as before the guard (a name
+        // server that did not answer in time is a timeout, below).
+        Ok(Err(Blocked::Resolve(e))) if e.kind() != std::io::ErrorKind::TimedOut => {
             let _ = wr
                 .write_all(
                     b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
@@ -91,7 +96,7 @@ pub async fn run(
                 .await;
             return refuse(StatusCode::BAD_GATEWAY);
         }
-        Err(_) => {
+        Ok(Err(Blocked::Resolve(_))) | Err(_) => {
             let _ = wr
                 .write_all(b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                 .await;

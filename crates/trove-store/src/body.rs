@@ -1,14 +1,47 @@
 //! A response body shared between one writer (the origin fetch) and any number of readers
 //! (clients), who may start reading before the writer has finished (read-while-write).
 //!
-//! Two modes:
-//! - *stored* (the default): every byte is kept, so later clients can read the whole body;
-//!   the writer is never held back (the brief: read ahead freely while the object is being
-//!   stored).
-//! - *bounded* (after [`Body::set_bounded`]): the object is no longer being stored, so bytes
-//!   every live reader has passed are dropped and the writer waits while it is more than
-//!   `read_ahead` bytes ahead of the slowest reader. With no reader left the writer is told
-//!   to stop, which ends the origin fetch.
+//! # Memory
+//!
+//! A body is in one of three modes, and in each the bytes it holds are either the store's
+//! (charged to its byte budget) or few:
+//!
+//! - *free* (the default): the object is being stored and its length is known to fit, so
+//!   every byte is kept for later clients and the writer is never held back (the brief:
+//!   read ahead freely while the object is being stored). The store charges the declared
+//!   length up front.
+//! - *paced* ([`Body::set_paced`]): the object is being stored but its length is unknown
+//!   (chunked), so it may yet outgrow the store. Every byte is kept (the store charges what
+//!   has arrived), but while anyone reads it the writer stays within `buffer` bytes of the
+//!   *fastest* reader. Should the body outgrow the store, a lone slow reader is then
+//!   within `buffer` of the writer, and nothing it still needs is lost; a reader far behind
+//!   a faster one reads from the stored bytes at its own pace until then. With no reader,
+//!   the fill runs freely (it is being stored for the next client).
+//! - *unstored* ([`Body::set_unstored`]): the object is not, or no longer, stored (it
+//!   outgrew `max_object`, or was evicted, purged or replaced while arriving). Only the
+//!   last `buffer` bytes written are kept, and the writer waits while it is `read_ahead`
+//!   bytes ahead of the fastest reader. A reader that falls further than `buffer` behind
+//!   the writer finds its bytes released ([`BodyError::Released`]): it is *detached*, and
+//!   its driver goes on with a fetch of its own or cuts its client off. With no reader left
+//!   the writer is told to stop ([`BodyError::NoReaders`]), which ends the origin fetch.
+//!
+//! So outside the store a body holds at most `buffer` bytes plus the last chunk written (the
+//! writer checks how far ahead it is before it appends, so it may overshoot by that chunk; a
+//! reader the writer kept pace with is never detached for it).
+//! Those bytes are counted in a meter ([`Body::set_unstored`]) the proxy exports as a gauge.
+//!
+//! # Why slow readers are detached rather than waited for
+//!
+//! An unstored body is the only one whose bytes must be released, and while readers of one
+//! body read at different speeds only three things can happen to what the slowest still
+//! needs: it stays in memory (unbounded: what this module used to do, up to `max_object`
+//! per body), the writer waits for the slowest (then one slow client throttles every fast
+//! one collapsed onto the same fetch), or the slow reader is detached once it is a bounded
+//! distance behind. trove detaches: the fast readers go on at their own speed, memory stays
+//! bounded, and the slow reader loses nothing when its response can be resumed (the proxy
+//! asks the origin for the rest with `Range` and `If-Range`), or is cut off visibly when it
+//! can't. Pacing the writer to the fastest reader, not the slowest, is what makes that a
+//! choice about the slow reader only.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,18 +58,39 @@ const COALESCE_LIMIT: u64 = 1 << 20;
 /// The cursor list is first pruned of dropped readers when it reaches this length.
 const PRUNE_MIN: usize = 16;
 
+/// A dropped reader's cursor, until the list is pruned.
+const GONE: u64 = u64::MAX;
+
 /// Why a body did not complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
     /// The origin failed or lied about the length before the body was complete.
     #[error("origin body incomplete")]
     Incomplete,
-    /// Bytes this reader needed were already released (bounded mode).
+    /// Bytes this reader needed were released: the body is no longer stored and the reader
+    /// fell further behind the writer than the body keeps (it is detached).
     #[error("body bytes no longer held")]
     Released,
-    /// Bounded mode and no reader wants the bytes any more.
+    /// Unstored and no reader wants the bytes any more.
     #[error("no reader left")]
     NoReaders,
+}
+
+/// How far a body's writer may run ahead, and how much it keeps, once it is not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// The writer waits while it is this many bytes ahead of the fastest reader.
+    pub read_ahead: u64,
+    /// Bytes kept behind the writer; a reader further behind is detached. At least
+    /// `read_ahead`.
+    pub buffer: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Free,
+    Paced { buffer: u64 },
+    Unstored(StreamLimits),
 }
 
 #[derive(Debug)]
@@ -47,14 +101,17 @@ struct State {
     /// Total bytes appended so far.
     len: u64,
     end: Option<Result<(), BodyError>>,
-    /// `Some(read_ahead)` once the body is no longer being stored.
-    bounded: Option<u64>,
+    mode: Mode,
     /// One per reader, dropped ones included until the next prune.
     cursors: Vec<Weak<AtomicU64>>,
     /// Length of `cursors` at which [`Body::reader`] prunes it next: twice the live readers
     /// found by the last prune, so pruning costs O(1) amortised per reader and the list
-    /// stays proportional to the live readers even when the body is never bounded.
+    /// stays proportional to the live readers even when the body is never unstored.
     prune_at: usize,
+    /// Bytes in `chunks`.
+    held: u64,
+    /// Where held bytes are counted once the body is unstored.
+    meter: Option<Arc<AtomicU64>>,
 }
 
 /// See the module docs.
@@ -75,9 +132,11 @@ impl Body {
                 starts: VecDeque::new(),
                 len: 0,
                 end: None,
-                bounded: None,
+                mode: Mode::Free,
                 cursors: Vec::new(),
                 prune_at: PRUNE_MIN,
+                held: 0,
+                meter: None,
             }),
             expected,
             readers_wake: Notify::new(),
@@ -91,6 +150,7 @@ impl Body {
         {
             let mut st = body.state.lock();
             st.len = bytes.len() as u64;
+            st.held = st.len;
             if !bytes.is_empty() {
                 st.starts.push_back(0);
                 st.chunks.push_back(bytes);
@@ -131,13 +191,14 @@ impl Body {
         let st = self.state.lock();
         match (st.end, st.chunks.len()) {
             (Some(Ok(())), 0) => Some(Bytes::new()),
-            (Some(Ok(())), 1) if st.bounded.is_none() => Some(st.chunks[0].clone()),
+            (Some(Ok(())), 1) if st.is_stored() => Some(st.chunks[0].clone()),
             _ => None,
         }
     }
 
-    /// Appends bytes. In bounded mode waits while the writer is too far ahead of the slowest
-    /// reader, and fails with [`BodyError::NoReaders`] when nobody is reading any more.
+    /// Appends bytes. Paced, waits while the writer is too far ahead of the fastest reader;
+    /// unstored, likewise, releasing what no reader within the buffer needs, and fails with
+    /// [`BodyError::NoReaders`] when nobody is reading any more.
     pub async fn append(&self, bytes: Bytes) -> Result<(), BodyError> {
         if bytes.is_empty() {
             return Ok(());
@@ -148,34 +209,45 @@ impl Body {
             wake.as_mut().enable();
             {
                 let mut st = self.state.lock();
-                match st.bounded {
-                    None => break,
-                    Some(read_ahead) => {
-                        let slowest = match st.slowest_reader() {
-                            Some(pos) => pos,
-                            None => return Err(BodyError::NoReaders),
-                        };
-                        st.release_before(slowest);
-                        if st.len.saturating_sub(slowest) < read_ahead.max(1) {
-                            break;
+                let ahead = match st.mode {
+                    Mode::Free => break,
+                    Mode::Paced { buffer } => match st.fastest_reader() {
+                        None => break,
+                        Some(pos) => (pos, buffer),
+                    },
+                    Mode::Unstored(limits) => match st.fastest_reader() {
+                        None => return Err(BodyError::NoReaders),
+                        Some(pos) => {
+                            st.release(limits.buffer);
+                            (pos, limits.read_ahead)
                         }
-                    }
+                    },
+                };
+                let (fastest, limit) = ahead;
+                if st.len.saturating_sub(fastest) < limit.max(1) {
+                    break;
                 }
             }
             wake.await;
         }
-        self.state.lock().push(bytes);
+        {
+            let mut st = self.state.lock();
+            st.push(bytes);
+            if let Mode::Unstored(limits) = st.mode {
+                st.release(limits.buffer);
+            }
+        }
         self.readers_wake.notify_waiters();
         Ok(())
     }
 
     /// Appends bytes at once, without waiting: for a writer that is not an async task (the
-    /// simulator's synchronous driver). Refused with [`BodyError::NoReaders`] in bounded
-    /// mode, where a writer must wait for its readers.
+    /// simulator's synchronous driver), which never paces. Refused with
+    /// [`BodyError::NoReaders`] once unstored, where a writer must wait for its readers.
     pub fn append_now(&self, bytes: Bytes) -> Result<(), BodyError> {
         {
             let mut st = self.state.lock();
-            if st.bounded.is_some() {
+            if !st.is_stored() {
                 return Err(BodyError::NoReaders);
             }
             if bytes.is_empty() {
@@ -194,10 +266,7 @@ impl Body {
             if st.end.is_some() {
                 return;
             }
-            if outcome.is_ok()
-                && st.bounded.is_none()
-                && st.chunks.len() > 1
-                && st.len <= COALESCE_LIMIT
+            if outcome.is_ok() && st.is_stored() && st.chunks.len() > 1 && st.len <= COALESCE_LIMIT
             {
                 let mut joined = BytesMut::with_capacity(st.len as usize);
                 for c in &st.chunks {
@@ -213,16 +282,48 @@ impl Body {
         self.readers_wake.notify_waiters();
     }
 
-    /// Stops keeping every byte: from now on bytes all readers have passed are released and
-    /// the writer may run at most `read_ahead` bytes ahead of the slowest reader.
-    pub fn set_bounded(&self, read_ahead: u64) {
-        self.state.lock().bounded = Some(read_ahead);
+    /// Paced mode (see the module docs): for a body being stored whose length is unknown.
+    /// While anyone reads, the writer stays within `buffer` bytes of the fastest reader.
+    /// No effect once unstored.
+    pub fn set_paced(&self, buffer: u64) {
+        let mut st = self.state.lock();
+        if st.is_stored() {
+            st.mode = Mode::Paced { buffer };
+        }
+        drop(st);
         self.writer_wake.notify_waiters();
     }
 
-    /// True once [`Body::set_bounded`] was called.
-    pub fn is_bounded(&self) -> bool {
-        self.state.lock().bounded.is_some()
+    /// Unstored mode (see the module docs): the body is no longer being stored. From now on
+    /// only the last `limits.buffer` bytes are kept, at once included, and the bytes held are
+    /// counted in `meter` (added now, taken off as they are released or the body dropped).
+    pub fn set_unstored(&self, limits: StreamLimits, meter: Option<Arc<AtomicU64>>) {
+        let limits = StreamLimits {
+            buffer: limits.buffer.max(limits.read_ahead),
+            ..limits
+        };
+        {
+            let mut st = self.state.lock();
+            st.mode = Mode::Unstored(limits);
+            st.release(limits.buffer);
+            if let (None, Some(m)) = (&st.meter, meter) {
+                m.fetch_add(st.held, Ordering::Relaxed);
+                st.meter = Some(m);
+            }
+        }
+        self.writer_wake.notify_waiters();
+        // Readers now behind the buffer must learn so.
+        self.readers_wake.notify_waiters();
+    }
+
+    /// True once [`Body::set_unstored`] was called.
+    pub fn is_unstored(&self) -> bool {
+        !self.state.lock().is_stored()
+    }
+
+    /// Bytes held in memory now (all of them while stored).
+    pub fn held(&self) -> u64 {
+        self.state.lock().held
     }
 
     /// A reader starting at byte `from`.
@@ -235,6 +336,8 @@ impl Body {
             }
             st.cursors.push(Arc::downgrade(&cursor));
         }
+        // A paced writer waiting for a first reader, or for one further on, may go on.
+        self.writer_wake.notify_waiters();
         BodyReader {
             body: Arc::clone(self),
             pos: from,
@@ -249,10 +352,27 @@ impl Body {
     }
 }
 
+impl Drop for Body {
+    fn drop(&mut self) {
+        let st = self.state.get_mut();
+        if let Some(m) = &st.meter {
+            m.fetch_sub(st.held, Ordering::Relaxed);
+        }
+    }
+}
+
 impl State {
+    fn is_stored(&self) -> bool {
+        !matches!(self.mode, Mode::Unstored(_))
+    }
+
     fn push(&mut self, bytes: Bytes) {
         let at = self.len;
         self.len += bytes.len() as u64;
+        self.held += bytes.len() as u64;
+        if let Some(m) = &self.meter {
+            m.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
         self.starts.push_back(at);
         self.chunks.push_back(bytes);
     }
@@ -263,22 +383,44 @@ impl State {
         self.prune_at = self.cursors.len().saturating_mul(2).max(PRUNE_MIN);
     }
 
-    fn slowest_reader(&mut self) -> Option<u64> {
+    /// The positions of the live readers.
+    fn positions(&mut self) -> impl Iterator<Item = u64> + '_ {
         self.prune_cursors();
         self.cursors
             .iter()
             .filter_map(|c| c.upgrade())
             .map(|c| c.load(Ordering::Acquire))
-            .min()
+            .filter(|&p| p != GONE)
     }
 
+    fn fastest_reader(&mut self) -> Option<u64> {
+        self.positions().max()
+    }
+
+    /// Unstored: releases the bytes no reader within `buffer` (plus the last chunk written)
+    /// of the writer still needs. The writer checks its lead before it appends, so a reader
+    /// it kept pace with is at most that far behind, and is never detached.
+    fn release(&mut self, buffer: u64) {
+        let last = self.chunks.back().map_or(0, |c| c.len() as u64);
+        let behind = self.len.saturating_sub(buffer.saturating_add(last));
+        let slowest = self.positions().min().unwrap_or(self.len);
+        self.release_before(slowest.max(behind));
+    }
+
+    /// Releases whole chunks ending at or before `pos`, keeping the last one (so a reader
+    /// at the end still finds where it is).
     fn release_before(&mut self, pos: u64) {
         while self.chunks.len() > 1 {
             let end = self.starts[0] + self.chunks[0].len() as u64;
             if end > pos {
                 break;
             }
-            self.chunks.pop_front();
+            if let Some(c) = self.chunks.pop_front() {
+                self.held -= c.len() as u64;
+                if let Some(m) = &self.meter {
+                    m.fetch_sub(c.len() as u64, Ordering::Relaxed);
+                }
+            }
             self.starts.pop_front();
         }
     }
@@ -325,9 +467,9 @@ impl BodyReader {
                 match st.slice_at(self.pos) {
                     Err(e) => return Some(Err(e)),
                     Ok(Some(bytes)) => {
-                        let bounded = st.bounded.is_some();
+                        let paced = st.mode != Mode::Free;
                         drop(st);
-                        self.advance(bytes.len() as u64, bounded);
+                        self.advance(bytes.len() as u64, paced);
                         return Some(Ok(bytes));
                     }
                     Ok(None) => match st.end {
@@ -363,10 +505,16 @@ impl BodyReader {
         self.pos
     }
 
-    fn advance(&mut self, n: u64, bounded: bool) {
+    /// True while the body behind this reader is still arriving, so the reader may yet be
+    /// detached (see the module docs); a complete body never releases anything.
+    pub fn may_detach(&self) -> bool {
+        self.body.outcome().is_none() || self.body.is_unstored()
+    }
+
+    fn advance(&mut self, n: u64, paced: bool) {
         self.pos += n;
         self.cursor.store(self.pos, Ordering::Release);
-        if bounded {
+        if paced {
             self.body.writer_wake.notify_waiters();
         }
     }
@@ -374,8 +522,8 @@ impl BodyReader {
 
 impl Drop for BodyReader {
     fn drop(&mut self) {
-        // A vanished reader may be what the bounded writer waits on.
-        self.cursor.store(u64::MAX, Ordering::Release);
+        // A vanished reader may be what the writer waits on.
+        self.cursor.store(GONE, Ordering::Release);
         self.body.writer_wake.notify_waiters();
     }
 }
@@ -424,10 +572,14 @@ mod tests {
         assert_eq!(r.next().await.unwrap(), Err(BodyError::Incomplete));
     }
 
+    fn limits(read_ahead: u64, buffer: u64) -> StreamLimits {
+        StreamLimits { read_ahead, buffer }
+    }
+
     #[tokio::test]
-    async fn bounded_writer_waits_for_slow_reader_and_releases_bytes() {
+    async fn unstored_writer_waits_for_its_reader_and_releases_bytes() {
         let body = Body::new(None);
-        body.set_bounded(16);
+        body.set_unstored(limits(16, 16), None);
         let mut r = body.reader(0);
         body.append(Bytes::from(vec![1; 16])).await.unwrap();
         // A second append would put the writer 32 bytes ahead: it must wait.
@@ -442,9 +594,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn bounded_writer_stops_when_no_reader_is_left() {
+    async fn unstored_writer_stops_when_no_reader_is_left() {
         let body = Body::new(None);
-        body.set_bounded(4);
+        body.set_unstored(limits(4, 4), None);
         let r = body.reader(0);
         body.append(Bytes::from(vec![0; 4])).await.unwrap();
         drop(r);
@@ -493,6 +645,111 @@ mod tests {
                 got += b.unwrap().len();
             }
             assert_eq!(got as u64, body.len());
+        }
+    }
+
+    /// Issue 7: past the buffer, a fast reader goes on and the slow one is detached, and
+    /// the body never holds more than the buffer plus one chunk.
+    #[tokio::test]
+    async fn unstored_fast_reader_goes_on_and_a_slow_one_is_detached() {
+        let meter = Arc::new(AtomicU64::new(0));
+        let body = Body::new(None);
+        let mut slow = body.reader(0);
+        let mut fast = body.reader(0);
+        body.set_unstored(limits(8, 32), Some(Arc::clone(&meter)));
+        let w = Arc::clone(&body);
+        let writer = tokio::spawn(async move {
+            for i in 0..100u8 {
+                w.append(Bytes::from(vec![i; 8])).await?;
+            }
+            w.finish(Ok(()));
+            Ok::<(), BodyError>(())
+        });
+        assert_eq!(slow.next().await.unwrap().unwrap()[0], 0);
+        let mut got = 0;
+        while let Some(b) = fast.next().await {
+            let b = b.unwrap();
+            assert_eq!(b[0] as usize, got / 8);
+            got += b.len();
+            assert!(body.held() <= 32 + 2 * 8, "{} bytes held", body.held());
+            assert_eq!(meter.load(Ordering::SeqCst), body.held());
+        }
+        assert_eq!(got, 800, "the fast reader read everything");
+        writer.await.unwrap().unwrap();
+        assert_eq!(slow.next().await.unwrap(), Err(BodyError::Released));
+        drop((slow, fast));
+        drop(body);
+        assert_eq!(
+            meter.load(Ordering::SeqCst),
+            0,
+            "the meter gets every byte back"
+        );
+    }
+
+    /// A body that leaves the store with a backlog keeps only the buffer's worth of it.
+    #[tokio::test]
+    async fn going_unstored_releases_the_backlog_beyond_the_buffer() {
+        let meter = Arc::new(AtomicU64::new(0));
+        let body = Body::new(None);
+        let mut r = body.reader(0);
+        for i in 0..10u8 {
+            body.append(Bytes::from(vec![i; 10])).await.unwrap();
+        }
+        assert_eq!(body.held(), 100, "stored: everything is kept");
+        body.set_unstored(limits(10, 30), Some(Arc::clone(&meter)));
+        assert_eq!(body.held(), 40, "the buffer and the last chunk");
+        assert_eq!(meter.load(Ordering::SeqCst), 40);
+        assert_eq!(r.next().await.unwrap(), Err(BodyError::Released));
+        let mut late = body.reader(60);
+        assert_eq!(late.next().await.unwrap().unwrap()[0], 6);
+    }
+
+    /// Paced: the writer stays within the buffer of the fastest reader, and runs freely
+    /// when nobody reads.
+    #[tokio::test]
+    async fn paced_writer_follows_the_fastest_reader_and_keeps_everything() {
+        let body = Body::new(None);
+        body.set_paced(16);
+        for _ in 0..4 {
+            body.append(Bytes::from(vec![1; 8])).await.unwrap(); // nobody reads: free
+        }
+        let mut slow = body.reader(0);
+        let mut fast = body.reader(0);
+        let w = Arc::clone(&body);
+        let pending = tokio::spawn(async move { w.append(Bytes::from(vec![2; 8])).await });
+        tokio::task::yield_now().await;
+        assert_eq!(body.len(), 32, "held back by its readers");
+        let mut got = 0;
+        while got < 24 {
+            got += fast.next().await.unwrap().unwrap().len();
+        }
+        pending.await.unwrap().unwrap();
+        assert_eq!(body.len(), 40);
+        assert_eq!(body.held(), 40, "being stored: nothing released");
+        assert_eq!(slow.next().await.unwrap().unwrap()[0], 1);
+    }
+
+    /// A paced writer checks its lead before appending, so the lone reader may be up to the
+    /// buffer plus one chunk behind when the body leaves the store: it must keep every byte
+    /// (it was released with the chunk it was reading, and cut off, before the fix).
+    #[tokio::test]
+    async fn a_lone_reader_is_never_detached_when_the_body_leaves_the_store() {
+        let body = Body::new(None);
+        body.set_paced(16);
+        let mut r = body.reader(0);
+        for n in [2usize, 13, 20] {
+            body.append(Bytes::from(vec![n as u8; n])).await.unwrap();
+        }
+        assert_eq!(body.len(), 35, "16 + one chunk past the reader");
+        body.set_unstored(limits(4, 16), None);
+        let mut got = 0;
+        while got < 35 {
+            got += r
+                .next()
+                .await
+                .unwrap()
+                .expect("no byte released under the reader")
+                .len();
         }
     }
 }

@@ -28,7 +28,7 @@ mod memory;
 mod object;
 pub mod storage;
 
-pub use body::{Body, BodyError, BodyReader};
+pub use body::{Body, BodyError, BodyReader, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};

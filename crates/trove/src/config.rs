@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use trove_proxy::settings::{
     AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
-    OriginRoute, PoolSettings, TimeoutSettings,
+    OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
 };
 use trove_proxy::Settings;
 
@@ -51,6 +51,7 @@ pub struct Config {
     pub timeouts: TimeoutSettings,
     pub origin_pool: PoolSettings,
     pub connect: ConnectSettings,
+    pub resolver: ResolverSettings,
     pub origin: Vec<OriginRoute>,
     pub log: LogSettings,
     pub admin: AdminSettings,
@@ -104,6 +105,7 @@ impl Config {
             timeouts: self.timeouts.clone(),
             origin_pool: self.origin_pool.clone(),
             connect: self.connect.clone(),
+            resolver: self.resolver.clone(),
             origins: self.origin.clone(),
             log: self.log.clone(),
             other_listeners: Vec::new(),
@@ -179,6 +181,96 @@ mod tests {
         Config::parse("[cache]\nheuristic_max = \"0s\"\n").unwrap();
     }
 
+    /// Newer size and duration keys need their unit, and refuse zero, naming the key.
+    #[test]
+    fn stream_buffer_needs_a_unit_and_room_for_the_read_ahead() {
+        let e = Config::parse("[cache]\nstream_buffer = 1048576\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stream_buffer") && e.contains("unit"), "{e}");
+        let e = Config::parse("[cache]\nstream_buffer = \"1048576\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stream_buffer") && e.contains("unit"), "{e}");
+        let e = Config::parse("[cache]\nstream_buffer = \"0MiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cache.stream_buffer") && e.contains("greater than 0"),
+            "{e}"
+        );
+        let e = Config::parse("[cache]\nstream_buffer = \"32KiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cache.stream_buffer") && e.contains("read_ahead"),
+            "{e}"
+        );
+        let c = Config::parse("[cache]\nstream_buffer = \"4MiB\"\n").unwrap();
+        assert_eq!(c.proxy_settings().cache.stream_buffer, 4 << 20);
+    }
+
+    /// The request-body limits: units required, zero refused, by name.
+    #[test]
+    fn request_body_limits_need_units_and_refuse_zero() {
+        for (text, key, why) in [
+            ("[timeouts]\nclient_body = 30\n", "client_body", "unit"),
+            ("[timeouts]\nclient_body = \"30\"\n", "client_body", "unit"),
+            (
+                "[timeouts]\nclient_body = \"0s\"\n",
+                "timeouts.client_body",
+                "greater than 0",
+            ),
+            (
+                "[limits]\nclient_body_min_rate = 1024\n",
+                "client_body_min_rate",
+                "unit",
+            ),
+            (
+                "[limits]\nclient_body_min_rate = \"0KiB/s\"\n",
+                "limits.client_body_min_rate",
+                "greater than 0",
+            ),
+            (
+                "[limits]\nclient_body_buffer = 65536\n",
+                "client_body_buffer",
+                "unit",
+            ),
+            (
+                "[limits]\nclient_body_buffer = \"0B\"\n",
+                "limits.client_body_buffer",
+                "greater than 0",
+            ),
+            (
+                "[origin_pool]\nmax_uploads_per_origin = 0\n",
+                "origin_pool.max_uploads_per_origin",
+                "between",
+            ),
+            (
+                "[origin_pool]\nmax_per_origin = 8\nmax_uploads_per_origin = 9\n",
+                "origin_pool.max_uploads_per_origin",
+                "between",
+            ),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(why), "{text}: {e}");
+        }
+        let c = Config::parse(
+            "[timeouts]\nclient_body = \"10s\"\n[limits]\nclient_body_min_rate = \"2KiB/s\"\n\
+             client_body_buffer = \"16KiB\"\n[origin_pool]\nmax_per_origin = 8\n",
+        )
+        .unwrap();
+        let s = c.proxy_settings();
+        assert_eq!(s.timeouts.client_body, std::time::Duration::from_secs(10));
+        assert_eq!(s.limits.client_body_min_rate, 2048);
+        assert_eq!(s.limits.client_body_buffer, 16 << 10);
+        assert_eq!(
+            s.origin_pool.uploads_per_origin(),
+            2,
+            "a quarter by default"
+        );
+    }
+
     #[test]
     fn destination_and_admin_acl_settings_are_checked_by_name() {
         let c = Config::parse(
@@ -203,6 +295,41 @@ mod tests {
         let d = Config::parse("").unwrap();
         assert_eq!(d.admin.allow.len(), 2, "loopback by default");
         assert_eq!(d.proxy_settings().access.local_clients.len(), 2);
+    }
+
+    #[test]
+    fn resolver_settings_need_units_and_are_checked_by_name() {
+        let c = Config::parse(
+            "[resolver]\nmax_ttl = \"10m\"\nmin_ttl = \"0s\"\nnegative_ttl = \"250ms\"\nmax_names = 5\n",
+        )
+        .unwrap();
+        let r = c.proxy_settings().resolver;
+        assert_eq!(r.max_ttl, std::time::Duration::from_secs(600));
+        assert_eq!(r.min_ttl, std::time::Duration::ZERO);
+        assert_eq!(r.negative_ttl, std::time::Duration::from_millis(250));
+        assert_eq!(r.max_names, 5);
+        for bad in [
+            "max_ttl = 60",
+            "max_ttl = \"60\"",
+            "negative_ttl = \"1.5\"",
+            "min_ttl = \"5 parsecs\"",
+        ] {
+            let e = Config::parse(&format!("[resolver]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("unit"), "{bad}: {e}");
+            assert!(e.contains(bad.split(' ').next().unwrap()), "{bad}: {e}");
+        }
+        for (bad, key) in [
+            ("max_ttl = \"0s\"", "resolver.max_ttl"),
+            ("max_names = 0", "resolver.max_names"),
+            ("min_ttl = \"2h\"", "resolver.min_ttl"),
+        ] {
+            let e = Config::parse(&format!("[resolver]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 
     #[test]

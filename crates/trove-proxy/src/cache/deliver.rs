@@ -178,6 +178,7 @@ fn from_partial(obj: &Arc<Object>, req: Request<'_>, headers: &http::HeaderMap) 
         None => ReplyBody::Stored {
             reader: obj.body.reader(start),
             end: Some(end),
+            detach: None,
         },
     };
     Some(Reply {
@@ -206,6 +207,7 @@ fn whole_body(obj: &Arc<Object>, total: Option<u64>) -> ReplyBody {
         None => ReplyBody::Stored {
             reader: obj.body.reader(0),
             end: total,
+            detach: None,
         },
     }
 }

@@ -1,6 +1,15 @@
 //! Going to the origin: building the request, and on the way back filling a stored body
 //! while clients read it (read-while-write), or reading a passed-through body no further
 //! than the abort policy allows once its client has gone.
+//!
+//! Memory per fetch: a stored body is the store's (charged to its budget as it grows); a
+//! body that is not, or no longer, stored holds at most `[cache] stream_buffer` bytes plus
+//! one origin read (hyper's buffer, at most 256 KiB), counted in `trove_body_buffered_bytes`.
+//! A passed-through body (refused by the store from its head) is streamed chunk by chunk to
+//! its one client and holds only hyper's buffer. How readers of one body that read at
+//! different speeds are kept within that bound (the fill follows the fastest; a reader that
+//! falls behind the buffer is resumed on a fetch of its own or cut off) is told in
+//! `trove_store::Body`'s docs.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,7 +20,7 @@ use http::{HeaderMap, HeaderValue, Request, Version};
 use parking_lot::Mutex;
 use trove_cache::memo::PassMemo;
 use trove_cache::{AbortPolicy, Conditionals, ShedReason, Storing};
-use trove_store::{Body, BodyError, Object, Removal, Storage};
+use trove_store::{Body, BodyError, Object, Removal, Storage, StreamLimits};
 
 use crate::cache::headers;
 use crate::cache::target::Target;
@@ -102,8 +111,12 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
 /// clients can read it while it arrives.
 pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
     let store = Arc::clone(&shared.store);
-    let read_ahead = shared.settings.cache.read_ahead;
-    let abort = shared.settings.cache.abort.policy();
+    let c = &shared.settings.cache;
+    let limits = StreamLimits {
+        read_ahead: c.read_ahead,
+        buffer: c.stream_buffer,
+    };
+    let abort = c.abort.policy();
     let metrics = Arc::clone(&shared.metrics);
     let memo = Arc::clone(&shared.memo);
     tokio::spawn(async move {
@@ -111,7 +124,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
         let fill = Fill {
             store: &*store,
             obj: &obj,
-            read_ahead,
+            limits,
             abort,
             metrics: &metrics,
             memo: &memo,
@@ -123,7 +136,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
 struct Fill<'a> {
     store: &'a dyn Storage,
     obj: &'a Arc<Object>,
-    read_ahead: u64,
+    limits: StreamLimits,
     abort: AbortPolicy,
     metrics: &'a Metrics,
     memo: &'a Mutex<PassMemo>,
@@ -131,21 +144,26 @@ struct Fill<'a> {
 
 impl Fill<'_> {
     /// Copies the origin body into the stored body. Runs to the end even if the client that
-    /// asked has gone, because the object is being stored; if it outgrows the store (or is
-    /// purged or evicted meanwhile) it leaves the store and from then on is read only as
-    /// fast as its readers (bounded read-ahead); when none is left the abort policy decides
-    /// whether to finish or stop.
+    /// asked has gone, because the object is being stored; a body of unknown length is read
+    /// no further than `stream_buffer` ahead of its fastest reader while anyone reads it, as
+    /// it may yet outgrow the store. If it does (or is purged, evicted or replaced
+    /// meanwhile) it leaves the store and keeps only `stream_buffer` bytes from then on,
+    /// read `read_ahead` ahead of its fastest reader (see `trove_store::Body`); when no
+    /// reader is left the abort policy decides whether to finish or stop.
     async fn run(&self, resp: &mut OriginResponse) {
         let body: &Arc<Body> = &self.obj.body;
+        if body.expected_len().is_none() {
+            body.set_paced(self.limits.buffer);
+        }
         let max = self.store.max_object();
         let mut since_recharge = 0u64;
         loop {
             match resp.next_chunk().await {
                 Ok(Some(b)) => {
                     let n = b.len() as u64;
-                    if !body.is_bounded() && body.len() + n > max {
+                    if !body.is_unstored() && body.len() + n > max {
                         self.store.remove_object(self.obj, Removal::TooLarge);
-                        body.set_bounded(self.read_ahead);
+                        self.unstore(body);
                         // Like a declared length over the limit: later misses for it pass
                         // the client's Range and validators on.
                         self.memo.lock().remember(&self.obj.key, now());
@@ -157,14 +175,14 @@ impl Fill<'_> {
                         return;
                     }
                     since_recharge += n;
-                    if since_recharge >= RECHARGE_EVERY && !body.is_bounded() {
+                    if since_recharge >= RECHARGE_EVERY && !body.is_unstored() {
                         since_recharge = 0;
                         if self.store.holds(self.obj) {
                             self.store.recharge(self.obj);
                         } else {
                             // Purged, evicted or replaced mid-transfer: nobody new can find
                             // it, so read no faster than the clients still reading it.
-                            body.set_bounded(self.read_ahead);
+                            self.unstore(body);
                         }
                     }
                 }
@@ -176,7 +194,7 @@ impl Fill<'_> {
                         return;
                     }
                     body.finish(Ok(()));
-                    if !body.is_bounded() {
+                    if !body.is_unstored() {
                         self.store.recharge(self.obj);
                     }
                     return;
@@ -188,6 +206,11 @@ impl Fill<'_> {
                 }
             }
         }
+    }
+
+    /// The body is no longer the store's: bound what it holds, and count it.
+    fn unstore(&self, body: &Body) {
+        body.set_unstored(self.limits, Some(Arc::clone(&self.metrics.body_buffered)));
     }
 }
 

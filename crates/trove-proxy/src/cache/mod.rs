@@ -20,8 +20,11 @@ mod headers;
 mod range;
 pub mod target;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::SystemTime;
 
 use http::header::{self, HeaderValue};
@@ -29,18 +32,19 @@ use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::io::AsyncRead;
 use trove_cache::decide::{self, BodyState};
 use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
+use trove_cache::resume;
 use trove_cache::{
     lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
     ResponseHead, Rules, CACHE_STATUS,
 };
 use trove_store::{Object, ObjectHead, Removal};
 
-use crate::client::body::RequestBody;
+use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
-use crate::destination::{Blocked, ClientClass, Reach, Refusal};
+use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
 use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
-use crate::reply::{PassBody, Reply, ReplyBody};
+use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
 use crate::upstream::Chooser;
@@ -169,15 +173,16 @@ pub async fn handle<R: AsyncRead + Unpin>(
 /// connection made for the request is checked for (`origin::Pool`), and for a client that
 /// is not local resolves and checks the name now, before the cache is consulted, so a
 /// refused client gets no stored copy either (one a local client fetched from a loopback
-/// service, say). The addresses checked here are the ones connected to on a miss: one
-/// resolution per request. A name that does not resolve (or not within the connect
+/// service, say). The addresses checked here are the ones connected to on a miss. The name
+/// is resolved through the resolver's cache (`crate::resolver`), so a hit costs a lookup
+/// in memory, not one in DNS. A name that does not resolve (or not within the connect
 /// timeout) is left to the connection, which fails as it always did (502 or 504), and a
 /// stored copy may be served meanwhile.
 async fn check_destination(
     shared: &Shared,
     target: &Target,
     class: ClientClass,
-) -> Result<Option<Arc<[SocketAddr]>>, Reply> {
+) -> Result<Option<Addrs>, Reply> {
     if target.upstreams.chooser() == Chooser::Operator || class == ClientClass::Local {
         return Ok(None);
     }
@@ -186,8 +191,9 @@ async fn check_destination(
     };
     let policy = &shared.destinations;
     let limit = shared.settings.timeouts.connect;
-    match tokio::time::timeout(limit, policy.resolve(&up.host, up.port, class)).await {
-        Ok(Ok(addrs)) => Ok(Some(addrs.into())),
+    let resolve = policy.resolve(&shared.resolver, &up.host, up.port, class);
+    match tokio::time::timeout(limit, resolve).await {
+        Ok(Ok(addrs)) => Ok(Some(addrs)),
         Ok(Err(Blocked::Refused(why))) => {
             shared.metrics.count_refusal(why);
             Err(destination_refused(why))
@@ -262,7 +268,56 @@ fn hit(
     now: SystemTime,
 ) -> Reply {
     cx.shared.store.touch(obj);
-    deliver::stored(obj, cx.core(), now, outcome, status, None)
+    deliver::stored(obj, cx.core(), now, outcome, status, None).with_detach(|| detach(cx, obj))
+}
+
+/// What to do if this client falls too far behind `obj`'s body after it has left the store
+/// (see `trove_store::Body`): go on with a fetch of its own for the rest when the response
+/// has a strong validator (`trove_cache::resume`), else cut the client off.
+fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
+    let metrics = Arc::clone(&cx.shared.metrics);
+    let Some(validator) = resume::validator(&obj.head.headers) else {
+        return Detach {
+            metrics,
+            resume: None,
+        };
+    };
+    let shared = Arc::clone(cx.shared);
+    let target = cx.target.clone();
+    let req = RequestHead {
+        method: Method::GET,
+        target: cx.req.target.clone(),
+        version: Version::HTTP_11,
+        headers: cx.req.headers.clone(),
+        framing: Framing::None,
+        keep_alive: true,
+        expect_continue: false,
+    };
+    let (mode, client_ip) = (cx.mode, cx.client_ip);
+    let reach = cx.reach.clone();
+    let resume: Resume = Box::new(move |from, end| {
+        Box::pin(async move {
+            let extra = resume::request_fields(&validator, from, end)?;
+            let out = Outgoing {
+                req: &req,
+                target: &target,
+                mode,
+                client_ip,
+                reach: &reach,
+                conditionals: Conditionals::Strip,
+                extra: Some(&extra),
+                body: OriginRequestBody::empty(),
+                retry: Retry::Allowed,
+            };
+            let resp = fetch::send(&shared, out).await.ok()?;
+            // Anything but the rest of this very representation is dropped unread.
+            resume::resumes(&validator, from, end, resp.status, &resp.headers).then_some(resp)
+        })
+    });
+    Detach {
+        metrics,
+        resume: Some(resume),
+    }
 }
 
 /// A miss: join a fetch already under way for this key, or lead one, then fetch.
@@ -355,12 +410,15 @@ fn from_origin(
         } => match shared.store.insert(*object) {
             Ok(obj) => {
                 shared.memo.lock().forget(cx.key());
+                // The leader's reader exists before the fill starts, so the fill never runs
+                // ahead of it as if nobody were reading.
+                let mut reply =
+                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer)
+                        .with_detach(|| detach(cx, &obj));
                 fetch::spawn_fill(shared, resp, Arc::clone(&obj));
                 if let Some(l) = leader {
                     l.publish(Collapsed::Stored(Arc::clone(&obj)));
                 }
-                let mut reply =
-                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer);
                 for (name, value) in &leader_fields {
                     reply.headers.append(name, value.clone());
                 }
@@ -487,7 +545,8 @@ async fn revalidate(
                 Outcome::RefreshUnmodified,
                 status,
                 peer,
-            );
+            )
+            .with_detach(|| detach(cx, &fresh));
             for (name, value) in &leader_fields {
                 reply.headers.append(name, value.clone());
             }
@@ -594,16 +653,65 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
 }
 
 /// Requests the cache does not answer (unsafe or uncacheable methods): sent on with their
-/// body streamed, and stored responses they may have changed invalidated (RFC 9111 §4.4).
+/// body, and stored responses they may have changed invalidated (RFC 9111 §4.4).
+///
+/// A body up to `[limits] client_body_buffer` is read whole before an origin connection is
+/// taken, so a client trickling it holds nothing but its own connection until it is cut off
+/// (`client::body`'s deadline). A larger body streams up as it arrives, which holds an
+/// origin connection for as long as the client takes: it needs one of the origin's upload
+/// slots first (`[origin_pool] max_uploads_per_origin`), so uploads can never take every
+/// connection from the misses. Buffering every body instead (nginx spools them to disk)
+/// would need memory or a disk per upload; streaming every body would let slow uploads
+/// starve the origin; this bounds both.
 async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>) -> Reply {
-    let len = match cx.req.framing {
-        Framing::None => Some(0),
-        Framing::Length(n) => Some(n),
-        Framing::Chunked => None,
+    let cap = cx.shared.settings.limits.client_body_buffer;
+    // Read up to `cap` bytes, unless the declared length is already more.
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_len = 0u64;
+    let whole = match body.declared_len() {
+        Some(n) if n > cap => false,
+        _ => loop {
+            match body.next().await {
+                Ok(Some(b)) => {
+                    held_len += b.len() as u64;
+                    held.push(b);
+                    if held_len > cap {
+                        break false;
+                    }
+                }
+                Ok(None) => break true,
+                Err(e) => return body_failed(cx, e),
+            }
+        },
     };
-    let (mut tx, origin_body) = if len == Some(0) {
-        (None, OriginRequestBody::empty())
+    let mut slot = None;
+    let (mut tx, origin_body) = if whole {
+        (
+            None,
+            OriginRequestBody::full(join(std::mem::take(&mut held))),
+        )
     } else {
+        let first = cx.target.upstreams.iter().next();
+        match first {
+            Some(up) => match cx.shared.pool.upload_slot(up).await {
+                Ok(s) => slot = Some(s),
+                // Shed (TCP_SHED, counted when the reply is recorded).
+                Err(e) => return failed(cx, None, Fwd::Method, Outcome::Miss, &e).closing(),
+            },
+            None => {
+                return failed(
+                    cx,
+                    None,
+                    Fwd::Method,
+                    Outcome::Miss,
+                    &OriginError::Protocol("no upstream"),
+                )
+            }
+        }
+        let len = match cx.req.framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
         let (tx, b) = body_channel(len);
         (Some(tx), b)
     };
@@ -622,7 +730,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             conditionals: Conditionals::Keep,
             extra: None,
             body: origin_body,
-            retry: if idempotent && tx.is_none() {
+            retry: if idempotent && held_len == 0 && tx.is_none() {
                 Retry::Allowed
             } else {
                 Retry::No
@@ -630,12 +738,19 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body
-    // sent to the origin; `tx` stays here to abort that body if the client's fails.
+    // sent to the origin; `tx` stays here to abort that body if the client's fails. It
+    // holds the upload slot until the whole body has gone up.
     let pump_tx = tx.clone();
     let pump = async move {
+        let _slot = slot;
         let Some(pump_tx) = pump_tx else {
             return Ok(());
         };
+        for b in held {
+            if pump_tx.send(Ok(b)).await.is_err() {
+                return Ok(());
+            }
+        }
         loop {
             match body.next().await {
                 Ok(Some(b)) => {
@@ -674,11 +789,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
         }
     };
     if let Some(Err(e)) = pumped {
-        cx.shared
-            .metrics
-            .bad_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Reply::simple(StatusCode::BAD_REQUEST, Outcome::None, &e.to_string()).closing();
+        return body_failed(cx, e);
     }
     let unfinished = pumped.is_none() && tx.is_some();
     if unfinished {
@@ -705,6 +816,31 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
     } else {
         reply
     }
+}
+
+/// The pieces of a body as one buffer (no copy for a body that came in one piece).
+fn join(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() <= 1 {
+        return pieces.pop().unwrap_or_default();
+    }
+    let mut all = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for p in &pieces {
+        all.extend_from_slice(p);
+    }
+    all.freeze()
+}
+
+/// The client's request body could not be read: too slow (408) or malformed (400). The
+/// connection closes, since the rest of the body can't be told from a next request.
+fn body_failed(cx: &Ctx<'_>, e: BodyReadError) -> Reply {
+    let status = e.status();
+    let counter = if status == StatusCode::REQUEST_TIMEOUT {
+        &cx.shared.metrics.body_timeouts
+    } else {
+        &cx.shared.metrics.bad_requests
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    Reply::simple(status, Outcome::None, &e.to_string()).closing()
 }
 
 /// `PURGE`: removes every stored variant of the URL, for clients the purge ACL allows.

@@ -49,6 +49,7 @@ pub fn answer(
                 None => ReplyBody::Stored {
                     reader: obj.body.reader(r.first),
                     end: Some(end),
+                    detach: None,
                 },
             };
             Some(reply(StatusCode::PARTIAL_CONTENT, h, body))

@@ -1,8 +1,19 @@
 //! Reading a client's request body: Content-Length or chunked (RFC 9112 §7.1), strictly.
 //! Bad chunking is an error, never a guess, so a body can't smuggle a second request.
+//!
+//! Every body is read against a deadline that only a steady sender keeps pushing back
+//! ([`BodyLimits`], Apache's mod_reqtimeout rule): it must be complete `[timeouts]
+//! client_body` after its head, plus one second for every `[limits] client_body_min_rate`
+//! bytes received so far. A client trickling a byte every few seconds is cut off after about
+//! `client_body` with 408, whatever length it declared; an upload at the minimum rate or
+//! faster is never cut, however large. Each wait for more bytes is also bounded on its own
+//! (`[timeouts] client_head`), so a sender that stops outright is cut off sooner.
+
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::time::Instant;
 
 use crate::client::head::Framing;
 
@@ -44,8 +55,42 @@ pub enum BodyReadError {
     Io,
     #[error("client stopped sending the request body")]
     TimedOut,
+    #[error("client sent the request body too slowly")]
+    TooSlow,
     #[error("bad chunked encoding: {0}")]
     BadChunking(&'static str),
+}
+
+impl BodyReadError {
+    /// The status to answer with: 408 for a body that took too long, else 400.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            BodyReadError::TimedOut | BodyReadError::TooSlow => http::StatusCode::REQUEST_TIMEOUT,
+            _ => http::StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// How long a request body may take (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Longest wait for the next bytes.
+    pub idle: Duration,
+    /// Time allowed for the whole body, before the credit earned by bytes received.
+    pub deadline: Duration,
+    /// Each this many bytes received extends the deadline by one second.
+    pub min_rate: u64,
+}
+
+impl BodyLimits {
+    /// The deadline once `received` bytes have arrived for a body begun at `start`.
+    fn deadline(&self, start: Instant, received: u64) -> Instant {
+        let credit = Duration::try_from_secs_f64(received as f64 / self.min_rate.max(1) as f64)
+            .unwrap_or(Duration::MAX);
+        start
+            .checked_add(self.deadline.saturating_add(credit))
+            .unwrap_or_else(|| start + Duration::from_secs(86_400 * 365))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,16 +108,15 @@ enum State {
 pub struct RequestBody<'a, R> {
     side: &'a mut ReadSide<R>,
     state: State,
-    /// Longest wait for the next bytes of the body.
-    read_timeout: std::time::Duration,
+    limits: BodyLimits,
+    /// When the body began (its head was read).
+    start: Instant,
+    /// Body bytes handed out so far.
+    received: u64,
 }
 
 impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
-    pub fn new(
-        side: &'a mut ReadSide<R>,
-        framing: Framing,
-        read_timeout: std::time::Duration,
-    ) -> Self {
+    pub fn new(side: &'a mut ReadSide<R>, framing: Framing, limits: BodyLimits) -> Self {
         let state = match framing {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -81,7 +125,18 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
         RequestBody {
             side,
             state,
-            read_timeout,
+            limits,
+            start: Instant::now(),
+            received: 0,
+        }
+    }
+
+    /// The body's length as its head declared it (`None` when chunked).
+    pub fn declared_len(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) if self.received == 0 => Some(n),
+            State::Done if self.received == 0 => Some(0),
+            _ => None,
         }
     }
 
@@ -91,7 +146,15 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
     }
 
     async fn need_more(&mut self) -> Result<(), BodyReadError> {
-        match tokio::time::timeout(self.read_timeout, self.side.fill()).await {
+        let deadline = self.limits.deadline(self.start, self.received);
+        // Past the deadline, bytes already waiting are still taken (the timeout polls the
+        // read once first): the wait may have been ours, streaming to a slow origin.
+        let wait = self
+            .limits
+            .idle
+            .min(deadline.saturating_duration_since(Instant::now()));
+        match tokio::time::timeout(wait, self.side.fill()).await {
+            Err(_) if Instant::now() >= deadline => Err(BodyReadError::TooSlow),
             Err(_) => Err(BodyReadError::TimedOut),
             Ok(Ok(0)) => Err(BodyReadError::Closed),
             Ok(Ok(_)) => Ok(()),
@@ -132,6 +195,7 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
                     let take = (self.side.buf.len() as u64).min(n) as usize;
                     let bytes = self.side.buf.split_to(take).freeze();
                     let left = n - take as u64;
+                    self.received += take as u64;
                     self.state = match self.state {
                         State::Length(_) if left == 0 => State::Done,
                         State::Length(_) => State::Length(left),
@@ -238,12 +302,73 @@ mod tests {
 
     async fn read_all(input: &'static [u8], framing: Framing) -> Result<Vec<u8>, BodyReadError> {
         let mut side = ReadSide::new(input);
-        let mut body = RequestBody::new(&mut side, framing, std::time::Duration::from_secs(5));
+        let mut body = RequestBody::new(&mut side, framing, limits());
         let mut out = Vec::new();
         while let Some(b) = body.next().await? {
             out.extend_from_slice(&b);
         }
         Ok(out)
+    }
+
+    fn limits() -> BodyLimits {
+        BodyLimits {
+            idle: Duration::from_secs(5),
+            deadline: Duration::from_secs(5),
+            min_rate: 1024,
+        }
+    }
+
+    /// mod_reqtimeout's rule in virtual time: each `min_rate` bytes buys one more second.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_moves_only_with_bytes_received() {
+        let l = BodyLimits {
+            idle: Duration::from_secs(60),
+            deadline: Duration::from_secs(10),
+            min_rate: 100,
+        };
+        let t0 = Instant::now();
+        assert_eq!(l.deadline(t0, 0), t0 + Duration::from_secs(10));
+        assert_eq!(l.deadline(t0, 250), t0 + Duration::from_millis(12_500));
+        assert!(l.deadline(t0, u64::MAX) > t0 + Duration::from_secs(86_400));
+    }
+
+    /// A body trickled a byte at a time (each read well within the idle timeout) is cut
+    /// off once the deadline passes, with 408.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_body_is_cut_off_at_the_deadline() {
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut side = ReadSide::new(server);
+        let l = BodyLimits {
+            idle: Duration::from_secs(30),
+            deadline: Duration::from_secs(10),
+            min_rate: 1024,
+        };
+        let trickle = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            loop {
+                if client.write_all(b"x").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+        let start = Instant::now();
+        let mut body = RequestBody::new(&mut side, Framing::Length(100_000), l);
+        let err = loop {
+            match body.next().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the body can't be complete"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, BodyReadError::TooSlow);
+        assert_eq!(err.status(), http::StatusCode::REQUEST_TIMEOUT);
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(11),
+            "{took:?}"
+        );
+        trickle.abort();
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use http::{Method, StatusCode, Version};
 use tokio::net::TcpStream;
 
 use crate::access_log::LogRecord;
-use crate::client::body::{ReadSide, RequestBody};
+use crate::client::body::{BodyLimits, ReadSide, RequestBody};
 use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
@@ -152,6 +152,7 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             let rules = tunnel::TunnelRules {
                 allowed_ports: &shared.settings.connect.allowed_ports,
                 destinations: &shared.destinations,
+                resolver: &shared.resolver,
                 connect_timeout: shared.settings.timeouts.connect,
                 idle_timeout: shared.settings.timeouts.client_idle,
             };
@@ -182,8 +183,12 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
             return;
         }
 
-        let mut body =
-            RequestBody::new(&mut rs, head.framing, shared.settings.timeouts.client_head);
+        let limits = BodyLimits {
+            idle: shared.settings.timeouts.client_head,
+            deadline: shared.settings.timeouts.client_body,
+            min_rate: shared.settings.limits.client_body_min_rate,
+        };
+        let mut body = RequestBody::new(&mut rs, head.framing, limits);
         // The target is parsed and normalised once, here; the route, the key, the upstream
         // request and the log line below all read this one value.
         let resolved = if info.allowed {
@@ -249,6 +254,12 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
         });
         metrics.record(outcome, elapsed, sent);
         if !keep_alive || !written.complete || written.must_close {
+            if !body_clean && written.complete {
+                // The client may still be sending the body we gave up on (a 408): closing
+                // with its bytes unread would reset the connection and could destroy the
+                // reply before it is read.
+                lingering_close(&mut rs, &mut w).await;
+            }
             break;
         }
     }

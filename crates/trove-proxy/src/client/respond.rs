@@ -1,7 +1,9 @@
 //! Writing a [`Reply`] to the client, streaming its body from wherever it comes.
 
+use bytes::Bytes;
 use http::{Method, StatusCode, Version};
 use tokio::io::AsyncWrite;
+use trove_store::{BodyError, BodyReader};
 
 use crate::client::write::{ClientWriter, OutFraming};
 use crate::reply::{Reply, ReplyBody};
@@ -58,7 +60,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
     let len = match &body {
         ReplyBody::Empty { content_length } => *content_length,
         ReplyBody::Bytes(b) => Some(b.len() as u64),
-        ReplyBody::Stored { reader, end } => end.map(|e| e.saturating_sub(reader.position())),
+        ReplyBody::Stored { reader, end, .. } => end.map(|e| e.saturating_sub(reader.position())),
         ReplyBody::Origin(pass) => pass.resp.content_length(),
     };
     if head_only {
@@ -98,29 +100,40 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                 must_close: must_close || !ok,
             }
         }
-        ReplyBody::Stored { mut reader, end } => {
+        ReplyBody::Stored {
+            mut reader,
+            end,
+            mut detach,
+        } => {
             // The first bytes go out with the head in one write.
-            let first = match end {
-                Some(e) => reader.next_until(e).await,
-                None => reader.next().await,
-            };
-            let first = match first {
+            let mut resumed = None;
+            let first = match next(&mut reader, end).await {
                 Some(Ok(b)) => Some(b),
                 None => None,
-                Some(Err(_)) => {
-                    // Nothing sent yet: the body failed before any byte arrived.
-                    let _ = w
-                        .send_head(
-                            StatusCode::BAD_GATEWAY,
-                            &http::HeaderMap::new(),
-                            b"",
-                            OutFraming::Length(0),
-                            false,
-                            version,
-                            None,
-                        )
-                        .await;
-                    return failed;
+                Some(Err(e)) => {
+                    // A reader detached before its first byte (the body left the store and
+                    // moved on meanwhile) may still be resumed; else nothing was sent yet:
+                    // answer 502.
+                    let resp = match (e, detach.take()) {
+                        (BodyError::Released, Some(d)) => d.resume(reader.position(), end).await,
+                        _ => None,
+                    };
+                    if resp.is_none() {
+                        let _ = w
+                            .send_head(
+                                StatusCode::BAD_GATEWAY,
+                                &http::HeaderMap::new(),
+                                b"",
+                                OutFraming::Length(0),
+                                false,
+                                version,
+                                None,
+                            )
+                            .await;
+                        return failed;
+                    }
+                    resumed = resp;
+                    None
                 }
             };
             if w.send_head(status, &headers, wire, framing, keep_alive, version, first)
@@ -129,24 +142,49 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             {
                 return failed;
             }
-            loop {
-                let next = match end {
-                    Some(e) => reader.next_until(e).await,
-                    None => reader.next().await,
-                };
-                match next {
+            while resumed.is_none() {
+                match next(&mut reader, end).await {
                     None => break,
                     Some(Ok(b)) => {
                         if w.send_body(b, chunked).await.is_err() {
                             return failed;
                         }
                     }
+                    // Too far behind a body that left the store: on with a fetch of our
+                    // own for the rest, or cut off (the client sees a short body).
+                    Some(Err(BodyError::Released)) => match detach.take() {
+                        Some(d) => match d.resume(reader.position(), end).await {
+                            Some(resp) => resumed = Some(resp),
+                            None => return failed,
+                        },
+                        None => return failed,
+                    },
                     Some(Err(_)) => return failed,
                 }
             }
-            if end.is_some_and(|e| reader.position() < e) {
-                // The stored body ended short of the length we announced: never let the
-                // client take what follows on the connection for the rest of this body.
+            let mut pos = reader.position();
+            if let Some(mut resp) = resumed {
+                // The shared body must not wait for a reader that left it.
+                drop(reader);
+                loop {
+                    match resp.next_chunk().await {
+                        Ok(None) => break,
+                        Ok(Some(mut b)) => {
+                            if let Some(e) = end {
+                                b.truncate(e.saturating_sub(pos) as usize);
+                            }
+                            pos += b.len() as u64;
+                            if !b.is_empty() && w.send_body(b, chunked).await.is_err() {
+                                return failed;
+                            }
+                        }
+                        Err(_) => return failed,
+                    }
+                }
+            }
+            if end.is_some_and(|e| pos < e) {
+                // The body ended short of the length we announced: never let the client
+                // take what follows on the connection for the rest of this body.
                 return failed;
             }
             finish(w, chunked, must_close).await
@@ -176,6 +214,14 @@ async fn write_inner<W: AsyncWrite + Unpin>(
             }
             finish(w, chunked, must_close).await
         }
+    }
+}
+
+/// The next bytes of a stored body, up to `end` if given.
+async fn next(reader: &mut BodyReader, end: Option<u64>) -> Option<Result<Bytes, BodyError>> {
+    match end {
+        Some(e) => reader.next_until(e).await,
+        None => reader.next().await,
     }
 }
 

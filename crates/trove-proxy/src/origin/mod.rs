@@ -15,5 +15,5 @@ mod request_body;
 
 pub use abandon::abandon;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
-pub use pool::{Pool, PoolLimits};
+pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};

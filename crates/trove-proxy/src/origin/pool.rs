@@ -4,7 +4,9 @@
 //! destination guard (`crate::destination`) stands for a client-chosen origin (a
 //! forward-proxy request): the name is resolved once (or the addresses the request was
 //! already checked with are taken), every address is checked for the client's class, and
-//! the connection goes to exactly those addresses.
+//! the connection goes to exactly those addresses. Names, the operator's upstreams'
+//! included, are resolved through trove's caching resolver (`crate::resolver`), not per
+//! connection.
 //!
 //! Idle connections are kept per origin *and per who chose it* ([`PoolKey`]): one opened
 //! for an operator's route, one for a local client and one for a remote client are never
@@ -14,6 +16,13 @@
 //! reusing it across classes would let a remote client ride a connection only a local
 //! client could open. The per-origin connection limit stays shared: it protects the
 //! origin, whoever asks.
+//!
+//! Per origin there is a connection limit and, inside it, a smaller one for requests that
+//! stream their body up as the client sends it ([`Pool::upload_slot`]): such a request holds
+//! its connection for as long as its client takes, so without a limit of their own a few
+//! hundred slow uploads would hold every connection and every other miss would wait. Small
+//! bodies never need a slot: they are read whole before a connection is taken
+//! (`[limits] client_body_buffer`).
 //!
 //! Past the per-origin limit, requests wait in a queue bounded in time, and one that cannot
 //! be served within the bound is shed at once (see [`OriginQueue`]).
@@ -34,6 +43,7 @@ use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Reach};
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
+use crate::resolver::Resolver;
 use crate::upstream::{Chooser, Upstream};
 
 /// Who a pooled connection was opened for: connections are reused only within one.
@@ -186,11 +196,27 @@ pub struct Pool {
     /// Per origin: the connection limit and the queue at it.
     queues: Mutex<HashMap<Upstream, Arc<OriginQueue>>>,
     max_per_origin: usize,
+    /// Per origin: how many requests may be streaming their body up at once.
+    uploads: Mutex<HashMap<Upstream, Arc<Semaphore>>>,
+    max_uploads: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
     max_queue_wait: Duration,
     metrics: Arc<Metrics>,
     destinations: Arc<DestinationPolicy>,
+    resolver: Resolver,
+}
+
+/// Where the pool's connections may go and how names are resolved.
+pub struct Reachability {
+    pub destinations: Arc<DestinationPolicy>,
+    pub resolver: Resolver,
+}
+
+/// Held while a request streams its body to an origin (see [`Pool::upload_slot`]).
+#[derive(Debug)]
+pub struct UploadSlot {
+    _permit: OwnedSemaphorePermit,
 }
 
 /// What a [`Pool`] is built with.
@@ -198,6 +224,8 @@ pub struct Pool {
 pub struct PoolLimits {
     /// Connections to one origin (idle and busy) at most.
     pub max_per_origin: usize,
+    /// Of those, connections carrying streamed request bodies at once (at least 1).
+    pub max_uploads: usize,
     /// Idle connections are closed after this long; zero keeps none idle.
     pub idle_timeout: Duration,
     /// TCP connect to an origin.
@@ -209,20 +237,19 @@ pub struct PoolLimits {
 
 impl Pool {
     /// Must be called inside a tokio runtime (it starts the reaper).
-    pub fn new(
-        limits: PoolLimits,
-        metrics: Arc<Metrics>,
-        destinations: Arc<DestinationPolicy>,
-    ) -> Arc<Pool> {
+    pub fn new(limits: PoolLimits, metrics: Arc<Metrics>, reach: Reachability) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             idle: Mutex::new(HashMap::new()),
             queues: Mutex::new(HashMap::new()),
             max_per_origin: limits.max_per_origin,
+            uploads: Mutex::new(HashMap::new()),
+            max_uploads: limits.max_uploads.max(1),
             idle_timeout: limits.idle_timeout,
             connect_timeout: limits.connect_timeout,
             max_queue_wait: limits.max_queue_wait,
             metrics,
-            destinations,
+            destinations: reach.destinations,
+            resolver: reach.resolver,
         });
         // Close idle connections that outlived the timeout even when nobody asks for them.
         let weak = Arc::downgrade(&pool);
@@ -253,6 +280,25 @@ impl Pool {
                 || q.waiting.load(Ordering::Relaxed) > 0
                 || idle.keys().any(|k| k.upstream == *origin)
         });
+        self.uploads
+            .lock()
+            .retain(|_, sem| sem.available_permits() < self.max_uploads);
+    }
+
+    /// A slot for a request about to stream its body to `key` as its client sends it; held
+    /// until the whole body has gone up. Waits up to the connect timeout; then the request
+    /// is shed.
+    pub async fn upload_slot(&self, key: &Upstream) -> Result<UploadSlot, OriginError> {
+        let sem = Arc::clone(
+            self.uploads
+                .lock()
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.max_uploads))),
+        );
+        match tokio::time::timeout(self.connect_timeout, sem.acquire_owned()).await {
+            Ok(Ok(p)) => Ok(UploadSlot { _permit: p }),
+            _ => Err(OriginError::Shed(ShedReason::UploadLimit)),
+        }
     }
 
     fn queue(&self, key: &Upstream) -> Arc<OriginQueue> {
@@ -383,40 +429,39 @@ impl Pool {
         }
     }
 
-    /// A new TCP connection to `upstream`: to the name as configured for an operator's
-    /// route; for a client's choice, to addresses the destination guard checked.
+    /// A new TCP connection to `upstream`: to the configured name's addresses for an
+    /// operator's route; for a client's choice, to addresses the destination guard checked.
     async fn connect(
         &self,
         upstream: &Upstream,
         chooser: Chooser,
         reach: &Reach,
     ) -> Result<TcpStream, OriginError> {
-        if chooser == Chooser::Operator {
-            return TcpStream::connect((upstream.host.as_str(), upstream.port))
-                .await
-                .map_err(OriginError::Connect);
-        }
+        let (host, port) = (upstream.host.as_str(), upstream.port);
         let class = reach.class;
-        let addrs = match &reach.checked {
+        let addrs = match (chooser, &reach.checked) {
+            (Chooser::Operator, _) => destination::candidates(&self.resolver, host, port)
+                .await
+                .map_err(unresolved)?,
             // Checked when the request arrived; checked again here, where the connection is
             // made, so no path to a socket skips the guard.
-            Some(addrs) => {
-                for a in addrs.iter() {
-                    if let Err(r) = self.destinations.check(*a, class) {
-                        return Err(self.refused(r));
-                    }
+            (Chooser::Client, Some(addrs)) => {
+                if let Err(r) = self.destinations.check_all(addrs, class) {
+                    return Err(self.refused(r));
                 }
-                addrs.to_vec()
+                addrs.clone()
             }
-            None => match self
-                .destinations
-                .resolve(&upstream.host, upstream.port, class)
-                .await
-            {
-                Ok(addrs) => addrs,
-                Err(Blocked::Refused(r)) => return Err(self.refused(r)),
-                Err(Blocked::Resolve(e)) => return Err(OriginError::Resolve(e)),
-            },
+            (Chooser::Client, None) => {
+                match self
+                    .destinations
+                    .resolve(&self.resolver, host, port, class)
+                    .await
+                {
+                    Ok(addrs) => addrs,
+                    Err(Blocked::Refused(r)) => return Err(self.refused(r)),
+                    Err(Blocked::Resolve(e)) => return Err(unresolved(e)),
+                }
+            }
         };
         destination::connect(&addrs)
             .await
@@ -450,6 +495,16 @@ impl Pool {
     }
 }
 
+/// A name that did not resolve: a 502 (`Resolve`), or a 504 when the name servers did not
+/// answer in time, like a connect that takes too long.
+fn unresolved(e: std::io::Error) -> OriginError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        OriginError::ConnectTimeout
+    } else {
+        OriginError::Resolve(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,12 +521,16 @@ mod tests {
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: 4,
+                max_uploads: 1,
                 idle_timeout,
                 connect_timeout: Duration::from_secs(5),
                 max_queue_wait: Duration::from_secs(5),
             },
             Arc::new(Metrics::default()),
-            Arc::new(DestinationPolicy::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
         );
         (pool, key, origin)
     }
@@ -546,12 +605,16 @@ mod tests {
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: 1,
+                max_uploads: 1,
                 idle_timeout: Duration::from_secs(30),
                 connect_timeout: Duration::from_secs(5),
                 max_queue_wait: Duration::from_millis(20),
             },
             Arc::new(Metrics::default()),
-            Arc::new(DestinationPolicy::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
         );
         let busy = pool
             .checkout(&key, Chooser::Operator, &anyone())
@@ -586,6 +649,39 @@ mod tests {
             Duration::from_millis(200)
         );
         assert_eq!(reap_period(Duration::from_secs(3600)), REAP_EVERY);
+    }
+
+    /// Uploads have their own, smaller limit: while it is taken, another upload waits (and
+    /// gives up at the connect timeout), but ordinary connections are still there.
+    #[tokio::test]
+    async fn uploads_have_a_limit_of_their_own() {
+        let (_, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
+        let pool = Pool::new(
+            PoolLimits {
+                max_per_origin: 4,
+                max_uploads: 1,
+                idle_timeout: Duration::from_secs(30),
+                connect_timeout: Duration::from_millis(100),
+                max_queue_wait: Duration::from_secs(5),
+            },
+            Arc::new(Metrics::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
+        );
+        let slot = pool.upload_slot(&key).await.unwrap();
+        assert!(matches!(
+            pool.upload_slot(&key).await,
+            Err(OriginError::Shed(ShedReason::UploadLimit))
+        ));
+        let conn = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        drop(slot);
+        pool.upload_slot(&key).await.unwrap();
+        drop(conn);
     }
 
     #[tokio::test]

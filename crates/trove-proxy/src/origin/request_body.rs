@@ -1,4 +1,5 @@
-//! A request body streamed to the origin as the client sends it.
+//! A request body sent to the origin: read whole beforehand, or streamed as the client
+//! sends it.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -7,9 +8,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 
-/// The body of a request to an origin: empty, or fed through a channel.
+/// The body of a request to an origin: empty, in hand, or fed through a channel.
 #[derive(Debug)]
 pub struct OriginRequestBody {
+    /// Bytes in hand, sent before anything from `rx`.
+    full: Option<Bytes>,
     rx: Option<mpsc::Receiver<Result<Bytes, std::io::Error>>>,
     len: Option<u64>,
 }
@@ -17,8 +20,18 @@ pub struct OriginRequestBody {
 impl OriginRequestBody {
     pub fn empty() -> Self {
         OriginRequestBody {
+            full: None,
             rx: None,
             len: Some(0),
+        }
+    }
+
+    /// A body read whole before the request is sent.
+    pub fn full(bytes: Bytes) -> Self {
+        OriginRequestBody {
+            len: Some(bytes.len() as u64),
+            full: (!bytes.is_empty()).then_some(bytes),
+            rx: None,
         }
     }
 }
@@ -31,7 +44,14 @@ pub fn body_channel(
     OriginRequestBody,
 ) {
     let (tx, rx) = mpsc::channel(4);
-    (tx, OriginRequestBody { rx: Some(rx), len })
+    (
+        tx,
+        OriginRequestBody {
+            full: None,
+            rx: Some(rx),
+            len,
+        },
+    )
 }
 
 impl Body for OriginRequestBody {
@@ -42,6 +62,9 @@ impl Body for OriginRequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(b) = self.full.take() {
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
         let Some(rx) = self.rx.as_mut() else {
             return Poll::Ready(None);
         };
@@ -57,7 +80,7 @@ impl Body for OriginRequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rx.is_none()
+        self.full.is_none() && self.rx.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -49,11 +49,14 @@ pub enum Action {
         pieces: Vec<Vec<u8>>,
         pause: Duration,
     },
-    /// Head, then a body of `len` bytes of [`pattern`] written as fast as the socket takes
-    /// it, counting in `log` how much was written and whether the connection broke first.
+    /// Head, then a body of `len` bytes of [`pattern`] from pattern offset `from`, written
+    /// as fast as the socket takes it (in chunked coding when `chunked`), counting in `log`
+    /// how much was written and whether the connection broke first.
     Stream {
         head: Vec<u8>,
         len: u64,
+        from: u64,
+        chunked: bool,
         log: Arc<Streamed>,
     },
     /// Never answer.
@@ -126,6 +129,56 @@ pub fn stream(status: u16, headers: &[(&str, &str)], len: u64, log: &Arc<Streame
     Action::Stream {
         head: head.into_bytes(),
         len,
+        from: 0,
+        chunked: false,
+        log: Arc::clone(log),
+    }
+}
+
+/// Like [`stream`], in chunked coding (no Content-Length: the length is unknown until the
+/// end).
+pub fn stream_chunked(
+    status: u16,
+    headers: &[(&str, &str)],
+    len: u64,
+    log: &Arc<Streamed>,
+) -> Action {
+    let mut head = format!("HTTP/1.1 {status} X\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("transfer-encoding: chunked\r\n\r\n");
+    Action::Stream {
+        head: head.into_bytes(),
+        len,
+        from: 0,
+        chunked: true,
+        log: Arc::clone(log),
+    }
+}
+
+/// A 206 for bytes `from..` of a [`pattern`] body of `total` bytes (Content-Range and
+/// Content-Length set), recorded in `log`.
+pub fn stream_range(
+    headers: &[(&str, &str)],
+    from: u64,
+    total: u64,
+    log: &Arc<Streamed>,
+) -> Action {
+    let len = total.saturating_sub(from);
+    let mut head = "HTTP/1.1 206 Partial Content\r\n".to_string();
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "content-range: bytes {from}-{}/{total}\r\ncontent-length: {len}\r\n\r\n",
+        total - 1
+    ));
+    Action::Stream {
+        head: head.into_bytes(),
+        len,
+        from,
+        chunked: false,
         log: Arc::clone(log),
     }
 }
@@ -254,7 +307,13 @@ async fn origin_conn(
                     }
                 }
             }
-            Action::Stream { head, len, log } => {
+            Action::Stream {
+                head,
+                len,
+                from,
+                chunked,
+                log,
+            } => {
                 if stream.write_all(&head).await.is_err() {
                     log.broken.store(true, Ordering::SeqCst);
                     return;
@@ -262,7 +321,16 @@ async fn origin_conn(
                 let mut sent = 0u64;
                 while sent < len {
                     let n = (len - sent).min(PATTERN_PIECE as u64) as usize;
-                    match stream.write(pattern_at(sent, n)).await {
+                    let piece = pattern_at(from + sent, n);
+                    let wrote = if chunked {
+                        let mut framed = format!("{n:x}\r\n").into_bytes();
+                        framed.extend_from_slice(piece);
+                        framed.extend_from_slice(b"\r\n");
+                        stream.write_all(&framed).await.map(|()| n)
+                    } else {
+                        stream.write(piece).await
+                    };
+                    match wrote {
                         Ok(0) | Err(_) => {
                             log.broken.store(true, Ordering::SeqCst);
                             return;
@@ -272,6 +340,10 @@ async fn origin_conn(
                             log.written.fetch_add(k as u64, Ordering::SeqCst);
                         }
                     }
+                }
+                if chunked && stream.write_all(b"0\r\n\r\n").await.is_err() {
+                    log.broken.store(true, Ordering::SeqCst);
+                    return;
                 }
                 log.complete.store(true, Ordering::SeqCst);
             }
