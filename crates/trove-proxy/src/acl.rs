@@ -1,4 +1,5 @@
-//! Who may use the proxy: client addresses checked against allowed networks.
+//! Who may use the proxy: client addresses checked against allowed networks; ports; and the
+//! destinations the forward proxy may reach despite its guard ([`Exception`]).
 
 use std::net::IpAddr;
 
@@ -62,6 +63,75 @@ impl PortSet {
             .iter()
             .any(|(lo, hi)| (*lo..=*hi).contains(&port))
     }
+}
+
+/// A destination allowed despite the defaults: a network (or one address), optionally only
+/// on some ports. Written `"10.1.2.0/24"`, `"127.0.0.1:8080"`, `"192.168.0.0/16:8000-8999"`,
+/// `"fd00::/8"`, `"[fd00::/8]:443"` or `"[::1]:8080"`.
+#[derive(Debug, Clone)]
+pub struct Exception {
+    net: IpNet,
+    ports: Option<PortSet>,
+}
+
+impl Exception {
+    pub fn parse(s: &str) -> Result<Exception, String> {
+        let s = s.trim();
+        let bad = |why: &str| format!("{s:?}: {why}");
+        let (net, ports) = if let Some(rest) = s.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+            match after {
+                "" => (inner, None),
+                _ => (
+                    inner,
+                    Some(
+                        after
+                            .strip_prefix(':')
+                            .ok_or_else(|| bad("expected ':port' after ']'"))?,
+                    ),
+                ),
+            }
+        } else if s.matches(':').count() > 1 {
+            (s, None) // IPv6 without brackets: no port
+        } else {
+            match s.rsplit_once(':') {
+                Some((n, p)) => (n, Some(p)),
+                None => (s, None),
+            }
+        };
+        let net: IpNet = match net.parse::<IpNet>() {
+            Ok(n) => n,
+            Err(_) => net
+                .parse::<IpAddr>()
+                .map(IpNet::from)
+                .map_err(|_| bad("not an IP address or network"))?,
+        };
+        let ports = match ports {
+            Some(p) => Some(PortSet::parse(&[p.to_string()]).map_err(|e| bad(&e))?),
+            None => None,
+        };
+        Ok(Exception {
+            net: canonical_net(net),
+            ports,
+        })
+    }
+
+    pub(crate) fn covers(&self, ip: IpAddr, port: u16) -> bool {
+        self.net.contains(&ip) && self.ports.as_ref().is_none_or(|p| p.contains(port))
+    }
+}
+
+/// An IPv4-mapped network (`::ffff:127.0.0.1/128`) as the IPv4 network it is, since the
+/// destination guard compares addresses in their canonical form.
+fn canonical_net(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net {
+        if let (Some(v4), true) = (v6.network().to_ipv4_mapped(), v6.prefix_len() >= 96) {
+            if let Ok(n) = ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96) {
+                return IpNet::V4(n);
+            }
+        }
+    }
+    net
 }
 
 #[cfg(test)]

@@ -439,7 +439,7 @@ impl Settings {
         crate::acl::PortSet::parse(&self.access.safe_ports)
             .map_err(|e| format!("access.safe_ports: {e}"))?;
         for d in &self.access.allow_destinations {
-            crate::destination::Exception::parse(d)
+            crate::acl::Exception::parse(d)
                 .map_err(|e| format!("access.allow_destinations: {e}"))?;
         }
         if self.cache.memory < 1 << 20 {
