@@ -190,8 +190,10 @@ enum Kind {
 
 /// `ip` as the address it stands for: an IPv6 address that carries an IPv4 address
 /// (IPv4-mapped `::ffff:a.b.c.d`, which a dual-stack socket connects to as IPv4;
-/// deprecated IPv4-compatible `::a.b.c.d`; NAT64's well-known prefix `64:ff9b::/96`) is
-/// the IPv4 address. `::` and `::1` stay themselves.
+/// deprecated IPv4-compatible `::a.b.c.d`; NAT64's well-known prefix `64:ff9b::/96`; SIIT's
+/// IPv4-translated `::ffff:0:a.b.c.d`, RFC 2765; 6to4's `2002:aabb:ccdd::/48`, RFC 3056,
+/// whose relay delivers to `aa.bb.cc.dd`) is the IPv4 address. `::` and `::1` stay
+/// themselves.
 pub fn canonical(ip: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = ip else {
         return ip;
@@ -203,11 +205,15 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
     let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
     let compatible = s[..6] == [0; 6] && v6 != Ipv6Addr::UNSPECIFIED && v6 != Ipv6Addr::LOCALHOST;
     let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
-    if compatible || nat64 {
-        IpAddr::V4(tail)
-    } else {
-        ip
+    let translated = s[..6] == [0, 0, 0, 0, 0xffff, 0];
+    if compatible || nat64 || translated {
+        return IpAddr::V4(tail);
     }
+    if s[0] == 0x2002 {
+        let embedded = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
+        return IpAddr::V4(embedded);
+    }
+    ip
 }
 
 fn kind(ip: IpAddr) -> Kind {
@@ -536,6 +542,9 @@ mod tests {
         assert_eq!(canonical(ip("::ffff:127.0.0.1")), ip("127.0.0.1"));
         assert_eq!(canonical(ip("::127.0.0.1")), ip("127.0.0.1"));
         assert_eq!(canonical(ip("64:ff9b::a9fe:a9fe")), ip("169.254.169.254"));
+        assert_eq!(canonical(ip("::ffff:0:7f00:1")), ip("127.0.0.1"));
+        assert_eq!(canonical(ip("2002:7f00:1::")), ip("127.0.0.1"));
+        assert_eq!(canonical(ip("2002:a9fe:a9fe:1::5")), ip("169.254.169.254"));
         assert_eq!(canonical(ip("::1")), ip("::1"));
         assert_eq!(canonical(ip("::")), ip("::"));
         assert_eq!(canonical(ip("2001:db8::1")), ip("2001:db8::1"));

@@ -31,7 +31,7 @@ fn only_127_0_0_1_is_local(s: &mut Settings) {
 /// Ways to write a host for this machine's loopback origin at 127.0.0.1: the spelling,
 /// whether a connection to it reaches 127.0.0.1 (else it reaches another address of this
 /// host, where nothing listens), and the reason a remote client is refused.
-const LOOPBACK_SPELLINGS: [(&str, bool, &str); 15] = [
+const LOOPBACK_SPELLINGS: [(&str, bool, &str); 17] = [
     ("127.0.0.1", true, "loopback"),
     ("127.1", true, "loopback"),
     ("127.0.1", true, "loopback"),
@@ -47,6 +47,9 @@ const LOOPBACK_SPELLINGS: [(&str, bool, &str); 15] = [
     ("[::1]", false, "loopback"),
     ("[::127.0.0.1]", false, "loopback"),
     ("[::]", false, "unspecified"),
+    // IPv6 forms that embed an IPv4 address: SIIT (RFC 2765) and 6to4 (RFC 3056).
+    ("[::ffff:0:7f00:1]", false, "loopback"),
+    ("[2002:7f00:1::]", false, "loopback"),
 ];
 
 /// Where link-local destinations (the cloud metadata service) are; nothing is connected to.
@@ -151,7 +154,7 @@ async fn a_remote_client_reaches_no_loopback_spelling_through_absolute_form() {
         );
     }
     assert_eq!(origin.connections(), 0, "the origin was contacted");
-    assert_eq!(refused_count(&trove, "loopback"), 13.0);
+    assert_eq!(refused_count(&trove, "loopback"), 15.0);
     assert_eq!(refused_count(&trove, "unspecified"), 2.0);
 }
 
@@ -177,7 +180,7 @@ async fn a_remote_client_reaches_no_loopback_spelling_through_connect() {
         0,
         "the server behind the tunnel was contacted"
     );
-    assert_eq!(refused_count(&trove, "loopback"), 13.0);
+    assert_eq!(refused_count(&trove, "loopback"), 15.0);
     assert_eq!(refused_count(&trove, "unspecified"), 2.0);
 }
 
