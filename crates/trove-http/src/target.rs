@@ -14,9 +14,9 @@
 //!   after the port, an empty or out-of-range port, and characters no DNS name or IP literal has
 //!   are refused. A name is lowercased and loses one trailing dot (`Example.COM.` and
 //!   `example.com` are one host); every label is 1–63 characters of letters, digits, `-` and `_`.
-//!   A name that ends in a number is an IPv4 address in one of the forms resolvers accept
-//!   (`127.1`, `2130706433`, `0x7f.0.0.1`, WHATWG URL §3.5) and is written dotted-decimal, or
-//!   refused if it is not one. IPv6 literals are written in their canonical form; zone ids and
+//!   A name that ends in a number is an IPv4 address in one of the forms the C library's
+//!   `inet_aton` accepts (`127.1`, `2130706433`, `0x7f.0.0.1`) and is written dotted-decimal,
+//!   or refused if it is not one. IPv6 literals are written in their canonical form; zone ids and
 //!   IPvFuture are refused. A port equal to the scheme's default is dropped.
 //! - **Absolute-form wins over `Host`** (RFC 9112 §3.2.2), but a `Host` field is still
 //!   validated: a request with an invalid one is refused whatever its target says.
@@ -382,7 +382,7 @@ fn normalise_name(host: &str) -> Result<String, TargetError> {
         }
     }
     if ends_in_number(name) {
-        return parse_ipv4(name)
+        return parse_ipv4_literal(name)
             .map(|ip| ip.to_string())
             .ok_or(TargetError::BadHost);
     }
@@ -402,49 +402,53 @@ fn ends_in_number(name: &str) -> bool {
     }
 }
 
-/// The IPv4 parser resolvers use (`inet_aton`, WHATWG URL §3.5): one to four parts, each
-/// decimal, `0x` hex or `0`-led octal, the last filling the remaining bytes.
-fn parse_ipv4(name: &str) -> Option<Ipv4Addr> {
-    let parts: Vec<&str> = name.split('.').collect();
-    if parts.is_empty() || parts.len() > 4 {
+/// An IPv4 address in any form the C library's `inet_aton` accepts, which is what
+/// `getaddrinfo` turns into an address without asking DNS: one to four parts, each decimal,
+/// octal (leading `0`) or hex (`0x`), the last filling the remaining bytes (`127.1`,
+/// `2130706433`, `0x7f.1`, `017700000001`). The one IPv4 parser: the target normaliser writes
+/// such hosts dotted-decimal with it, and the forward proxy's destination guard judges
+/// literal hosts with it.
+pub fn parse_ipv4_literal(s: &str) -> Option<Ipv4Addr> {
+    if s.is_empty() || s.len() > 64 {
         return None;
     }
-    let mut numbers = Vec::with_capacity(4);
-    for part in &parts {
-        numbers.push(parse_ipv4_number(part)?);
+    let mut parts = [0u32; 4];
+    let mut n = 0;
+    for p in s.split('.') {
+        if n == 4 {
+            return None;
+        }
+        parts[n] = parse_part(p)?;
+        n += 1;
     }
-    let (last, init) = numbers.split_last()?;
-    if init.iter().any(|&n| n > 255) {
+    let mut v: u32 = 0;
+    for (i, part) in parts[..n - 1].iter().enumerate() {
+        if *part > 255 {
+            return None;
+        }
+        v |= part << (24 - 8 * i);
+    }
+    let last = parts[n - 1];
+    let bits = 8 * (5 - n as u32); // n = 1: 32 bits, 2: 24, 3: 16, 4: 8
+    if bits < 32 && last >> bits != 0 {
         return None;
     }
-    let last_bits = 8 * (5 - numbers.len()) as u32;
-    if last_bits < 64 && *last >= 1u64 << last_bits {
-        return None;
-    }
-    let mut value = *last;
-    for (i, &n) in init.iter().enumerate() {
-        value += n << (8 * (3 - i));
-    }
-    u32::try_from(value).ok().map(Ipv4Addr::from)
+    Some(Ipv4Addr::from(v | last))
 }
 
-fn parse_ipv4_number(part: &str) -> Option<u64> {
-    if part.is_empty() || part.len() > 32 {
+fn parse_part(p: &str) -> Option<u32> {
+    let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+        (h, 16)
+    } else if p.len() > 1 && p.starts_with('0') {
+        (&p[1..], 8)
+    } else {
+        (p, 10)
+    };
+    // from_str_radix would take a sign; inet_aton takes digits only.
+    if digits.is_empty() || !digits.bytes().all(|b| (b as char).is_digit(radix)) {
         return None;
     }
-    let (digits, radix) = if let Some(h) = part.strip_prefix("0x").or(part.strip_prefix("0X")) {
-        (h, 16)
-    } else if part.len() > 1 && part.starts_with('0') {
-        (&part[1..], 8)
-    } else {
-        (part, 10)
-    };
-    if digits.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(digits, radix)
-        .ok()
-        .filter(|&n| n <= u64::from(u32::MAX))
+    u32::from_str_radix(digits, radix).ok()
 }
 
 fn is_unreserved(b: u8) -> bool {
@@ -783,7 +787,7 @@ mod tests {
 
     #[test]
     fn ipv4_forms() {
-        let p = |s: &str| parse_ipv4(s);
+        let p = parse_ipv4_literal;
         assert_eq!(p("1.2.3.4"), Some(Ipv4Addr::new(1, 2, 3, 4)));
         assert_eq!(p("1.2.772"), Some(Ipv4Addr::new(1, 2, 3, 4)));
         assert_eq!(p("1.131844"), Some(Ipv4Addr::new(1, 2, 3, 4)));

@@ -257,52 +257,7 @@ fn kind(ip: IpAddr) -> Kind {
     }
 }
 
-/// An IPv4 address in any form the C library's `inet_aton` accepts, which is what
-/// `getaddrinfo` turns into an address without asking DNS: one to four parts, each decimal,
-/// octal (leading `0`) or hex (`0x`), the last filling the remaining bytes (`127.1`,
-/// `2130706433`, `0x7f.1`, `017700000001`).
-pub fn parse_ipv4_literal(s: &str) -> Option<Ipv4Addr> {
-    if s.is_empty() || s.len() > 64 {
-        return None;
-    }
-    let mut parts = [0u32; 4];
-    let mut n = 0;
-    for p in s.split('.') {
-        if n == 4 {
-            return None;
-        }
-        parts[n] = parse_part(p)?;
-        n += 1;
-    }
-    let mut v: u32 = 0;
-    for (i, part) in parts[..n - 1].iter().enumerate() {
-        if *part > 255 {
-            return None;
-        }
-        v |= part << (24 - 8 * i);
-    }
-    let last = parts[n - 1];
-    let bits = 8 * (5 - n as u32); // n = 1: 32 bits, 2: 24, 3: 16, 4: 8
-    if bits < 32 && last >> bits != 0 {
-        return None;
-    }
-    Some(Ipv4Addr::from(v | last))
-}
-
-fn parse_part(p: &str) -> Option<u32> {
-    let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
-        (h, 16)
-    } else if p.len() > 1 && p.starts_with('0') {
-        (&p[1..], 8)
-    } else {
-        (p, 10)
-    };
-    // from_str_radix would take a sign; inet_aton takes digits only.
-    if digits.is_empty() || !digits.bytes().all(|b| (b as char).is_digit(radix)) {
-        return None;
-    }
-    u32::from_str_radix(digits, radix).ok()
-}
+pub use trove_http::target::parse_ipv4_literal;
 
 /// An IP literal (IPv6 with or without brackets, or IPv4 in any `inet_aton` form).
 pub fn parse_literal(host: &str) -> Option<IpAddr> {
