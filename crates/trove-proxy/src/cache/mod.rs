@@ -284,15 +284,7 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
     };
     let shared = Arc::clone(cx.shared);
     let target = cx.target.clone();
-    let req = RequestHead {
-        method: Method::GET,
-        target: cx.req.target.clone(),
-        version: Version::HTTP_11,
-        headers: cx.req.headers.clone(),
-        framing: Framing::None,
-        keep_alive: true,
-        expect_continue: false,
-    };
+    let req = bodyless_get(cx.req);
     let (mode, client_ip) = (cx.mode, cx.client_ip);
     let reach = cx.reach.clone();
     let resume: Resume = Box::new(move |from, end| {
@@ -589,6 +581,20 @@ fn freshen(shared: &Shared, obj: &Arc<Object>, head: ObjectHead) -> Arc<Object> 
         })
 }
 
+/// A bodyless GET with the client's fields, for a request trove makes on a client's behalf
+/// after the client's own exchange (a background revalidation, a resumed body).
+fn bodyless_get(req: &RequestHead) -> RequestHead {
+    RequestHead {
+        method: Method::GET,
+        target: req.target.clone(),
+        version: Version::HTTP_11,
+        headers: req.headers.clone(),
+        framing: Framing::None,
+        keep_alive: true,
+        expect_continue: false,
+    }
+}
+
 /// stale-while-revalidate: the stale response was served; refresh it in the background,
 /// once per key at a time.
 fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
@@ -597,15 +603,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     };
     let shared = Arc::clone(cx.shared);
     let obj = Arc::clone(obj);
-    let req = RequestHead {
-        method: Method::GET,
-        target: cx.req.target.clone(),
-        version: Version::HTTP_11,
-        headers: cx.req.headers.clone(),
-        framing: Framing::None,
-        keep_alive: true,
-        expect_continue: false,
-    };
+    let req = bodyless_get(cx.req);
     let mode = cx.mode;
     let client_ip = cx.client_ip;
     let reach = cx.reach.clone();
