@@ -109,8 +109,8 @@ pub struct RequestBody<'a, R> {
     side: &'a mut ReadSide<R>,
     state: State,
     limits: BodyLimits,
-    /// When the body began (its head was read).
-    start: Instant,
+    /// When the body began (its head was read); not read for a request without a body.
+    start: Option<Instant>,
     /// Body bytes handed out so far.
     received: u64,
 }
@@ -126,7 +126,8 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
             side,
             state,
             limits,
-            start: Instant::now(),
+            // No clock read for the common bodyless request.
+            start: (state != State::Done).then(Instant::now),
             received: 0,
         }
     }
@@ -146,7 +147,8 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
     }
 
     async fn need_more(&mut self) -> Result<(), BodyReadError> {
-        let deadline = self.limits.deadline(self.start, self.received);
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let deadline = self.limits.deadline(start, self.received);
         // Past the deadline, bytes already waiting are still taken (the timeout polls the
         // read once first): the wait may have been ours, streaming to a slow origin.
         let wait = self
