@@ -12,6 +12,13 @@
 //!
 //! It is built on hyper's server: this listener is not on the request hot path, and hyper
 //! gives a correct HTTP/1.1 server for it with no code of our own to maintain.
+//!
+//! It also serves the admin API under `/v1/` ([`api`]: application-managed caching, with a
+//! bearer token), on the TCP listener and on a Unix socket ([`bind_unix`]), whose
+//! filesystem permissions replace the address ACL. Connections are kept alive (HTTP/1.1),
+//! the fast path for a program making many calls (seed 002, Figure 5).
+
+pub mod api;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -98,6 +105,11 @@ impl Listener {
 
     /// Serves until the runtime stops: peers `allow` admits get the pages, others a 403.
     pub fn serve(self, allow: Allow, source: Arc<dyn Source>) {
+        self.serve_with_api(allow, source, None)
+    }
+
+    /// Like [`Listener::serve`], with the admin API under `/v1/`.
+    pub fn serve_with_api(self, allow: Allow, source: Arc<dyn Source>, api: Option<Arc<api::Api>>) {
         let listener = self.inner;
         tokio::spawn(async move {
             // Out of file descriptors and the like: back off (doubling, up to a second) rather
@@ -129,15 +141,86 @@ impl Listener {
                     tokio::spawn(refuse(stream));
                     continue;
                 }
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let source = Arc::clone(&source);
-                        async move { Ok::<_, Infallible>(route(&*source, req)) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_connection(stream, source, api.clone()));
+            }
+        });
+    }
+}
+
+/// Serves one accepted connection (keep-alive) until the peer closes it.
+async fn serve_connection<S>(stream: S, source: Arc<dyn Source>, api: Option<Arc<api::Api>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let source = Arc::clone(&source);
+        let api = api.clone();
+        async move {
+            let path = req.uri().path();
+            if let Some(api) = api.filter(|_| path == "/v1" || path.starts_with("/v1/")) {
+                return Ok::<_, Infallible>(api::handle(&api, req).await);
+            }
+            Ok::<_, Infallible>(route(&*source, req))
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), svc)
+        .await;
+}
+
+/// A bound Unix socket for the admin listener and API, not yet serving.
+pub struct UnixListener {
+    inner: tokio::net::UnixListener,
+    path: std::path::PathBuf,
+}
+
+/// Binds a Unix socket at `path` (a stale socket left by a previous run is replaced;
+/// anything else there is an error), readable and writable by trove's user only.
+pub fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(path)?;
+        } else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+    }
+    let inner = tokio::net::UnixListener::bind(path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", path.display()),
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(UnixListener {
+        inner,
+        path: path.to_path_buf(),
+    })
+}
+
+impl UnixListener {
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Serves the pages and the API until the runtime stops.
+    pub fn serve(self, source: Arc<dyn Source>, api: Option<Arc<api::Api>>) {
+        let listener = self.inner;
+        tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        tokio::spawn(serve_connection(stream, Arc::clone(&source), api.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "admin socket accept failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
             }
         });
     }

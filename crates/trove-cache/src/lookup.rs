@@ -3,8 +3,13 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use trove_http::{reuse, Policy, Reuse, StoredResponse};
-use trove_store::{Object, Removal, Storage};
+use std::time::Duration;
+
+use trove_http::{
+    effective_response_cc, reuse, CacheControl, Policy, Reuse, StaleReason, StoredResponse,
+    ValidateReason,
+};
+use trove_store::{Invalidations, Object, Removal, Storage, Verdict};
 
 use crate::request::Request;
 use crate::{partial, prepare};
@@ -80,11 +85,13 @@ pub fn judge(
     if variants.is_empty() {
         return Lookup::Miss;
     }
+    let inv = store.invalidations().map(|i| &**i);
     // The common hit: one variant whose reuse depends on age alone, a plain request.
     if let [obj] = variants.as_slice() {
         if req.is_plain()
             && prepare::fresh(&obj.head, policy, now)
             && !matches!(obj.body.outcome(), Some(Err(_)))
+            && verdict(inv, obj) == Verdict::Alive
         {
             let resident = now
                 .duration_since(obj.head.response_time)
@@ -99,6 +106,12 @@ pub fn judge(
             store.remove_object(&obj, Removal::Failed);
             continue;
         }
+        let judged = verdict(inv, &obj);
+        if judged == Verdict::Dead {
+            // Invalidated by a rule made since it was fetched (a purge, a tag, a ban…).
+            store.remove_object(&obj, Removal::Purged);
+            continue;
+        }
         if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(&obj, req) {
             continue;
         }
@@ -110,7 +123,10 @@ pub fn judge(
             request_time: obj.head.request_time,
             response_time: obj.head.response_time,
         };
-        let r = reuse(policy, &stored, req.method, req.headers, now);
+        let mut r = reuse(policy, &stored, req.method, req.headers, now);
+        if let Verdict::Stale { since } = judged {
+            r = soft_stale(r, policy, &obj, req, since, now);
+        }
         if rank(&r) == 0 {
             continue;
         }
@@ -130,5 +146,52 @@ pub fn judge(
     match best {
         Some((obj, r)) => Lookup::Found(obj, r),
         None => Lookup::VaryMiss,
+    }
+}
+
+/// `obj`'s standing against the store's invalidation rules (alive when it keeps none).
+pub fn verdict(inv: Option<&Invalidations>, obj: &Object) -> Verdict {
+    inv.map_or(Verdict::Alive, |i| i.verdict(obj))
+}
+
+/// A soft invalidation at `since` makes a fresh response stale from then on: it may still
+/// be served where a stale response may (the client's `max-stale`, the response's
+/// `stale-while-revalidate`, counted from `since`), else it must be revalidated.
+pub fn soft_stale(
+    r: Reuse,
+    policy: &Policy,
+    obj: &Object,
+    req: Request<'_>,
+    since: SystemTime,
+    now: SystemTime,
+) -> Reuse {
+    let Reuse::Fresh { age } = r else {
+        return r;
+    };
+    let staleness = now.duration_since(since).unwrap_or_default();
+    let req_cc = CacheControl::from_request(req.headers);
+    let resp_cc = effective_response_cc(policy, &obj.head.headers);
+    let within = |limit: u64| staleness <= Duration::from_secs(limit);
+    // As for any stale response in a shared cache (RFC 9111 §5.2.2.2, §5.2.2.8, §5.2.2.10).
+    let no_stale =
+        resp_cc.must_revalidate || resp_cc.proxy_revalidate || resp_cc.s_maxage.is_some();
+    let reason = match req_cc.max_stale {
+        _ if no_stale => None,
+        Some(None) => Some(StaleReason::MaxStale),
+        Some(Some(limit)) if within(limit) => Some(StaleReason::MaxStale),
+        _ => resp_cc
+            .stale_while_revalidate
+            .filter(|w| within(*w))
+            .map(|_| StaleReason::StaleWhileRevalidate),
+    };
+    match reason {
+        Some(reason) => Reuse::StaleAllowed {
+            age,
+            staleness,
+            reason,
+        },
+        None => Reuse::MustValidate {
+            reason: ValidateReason::Stale,
+        },
     }
 }

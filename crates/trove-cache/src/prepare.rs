@@ -92,6 +92,7 @@ mod tests {
             request_time: received,
             response_time: received,
             prepared: Prepared::default(),
+            labels: Default::default(),
         };
         prepare(&Policy::default(), &mut h);
         h

@@ -162,6 +162,7 @@ pub fn after_fetch(
         request_time: resp.request_time,
         response_time: resp.response_time,
         prepared: Default::default(),
+        labels: Default::default(),
     };
     prepare::prepare(rules.policy, &mut head);
     OnResponse::Store {

@@ -23,6 +23,7 @@ pub mod client;
 pub mod destination;
 pub mod fd_limit;
 pub mod listener;
+pub mod manage;
 pub mod metrics;
 pub mod origin;
 pub mod reply;

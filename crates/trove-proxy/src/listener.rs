@@ -67,6 +67,7 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
     }
     let own: Vec<SocketAddr> = bound.iter().map(|(_, _, a)| *a).collect();
     let shared = Arc::new(Shared::new(settings, &own)?);
+    crate::manage::spawn_sweeper(&shared, std::time::Duration::from_secs(1));
     let runtime = tokio::runtime::Handle::current();
     let mut addrs = Vec::new();
     for (listener, mode, addr) in bound {

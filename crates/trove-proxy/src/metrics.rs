@@ -54,6 +54,18 @@ pub mod names {
     pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
     /// Names the resolver's cache holds.
     pub const RESOLVER_NAMES: &str = "trove_resolver_names";
+    /// Invalidations recorded (admin API and PURGE), by `kind` (`manage::Kind`) and
+    /// `mode` (`hard`, `soft`).
+    pub const INVALIDATIONS: &str = "trove_invalidations_total";
+    /// Invalidation rules not yet retired by the background sweep, and of those bans.
+    pub const INVALIDATION_RULES: &str = "trove_invalidation_rules_pending";
+    pub const BANS: &str = "trove_bans_pending";
+    /// (object, tag or named cache) pairs in the tag index.
+    pub const TAG_MEMBERSHIPS: &str = "trove_tag_memberships";
+    /// Tags from origin responses dropped for length or count (`[tags]`).
+    pub const TAGS_DROPPED: &str = "trove_tags_dropped_total";
+    /// Admin API calls, by `status` class (`2xx`, `4xx`, `5xx`).
+    pub const API_REQUESTS: &str = "trove_api_requests_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -133,6 +145,12 @@ pub struct Metrics {
     /// Readers detached from a body that left the store, by what became of them (as
     /// `Detached::ALL`).
     pub detached: [AtomicU64; Detached::ALL.len()],
+    /// Invalidations by kind (as `manage::Kind::ALL`) and mode: index `kind * 2 + soft`.
+    pub invalidations: [AtomicU64; 2 * crate::manage::Kind::ALL.len()],
+    /// Tags from origins dropped past `[tags]` bounds.
+    pub tags_dropped: AtomicU64,
+    /// Admin API calls by status class: 2xx, 4xx, 5xx.
+    pub api_requests: [AtomicU64; 3],
 }
 
 /// Store figures, read when rendering.
@@ -178,6 +196,68 @@ impl Metrics {
     /// Counts a reader detached from a shared body.
     pub fn count_detached(&self, how: Detached) {
         inc(&self.detached[how as usize]);
+    }
+
+    /// The invalidation figures (appended to [`Metrics::render`]'s text).
+    pub fn render_invalidations(
+        &self,
+        out: &mut String,
+        inv: trove_store::invalidation::InvalidationStats,
+    ) {
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {} Invalidations recorded, by kind and mode.",
+            names::INVALIDATIONS
+        );
+        let _ = writeln!(out, "# TYPE {} counter", names::INVALIDATIONS);
+        for (i, k) in crate::manage::Kind::ALL.iter().enumerate() {
+            for (j, mode) in ["hard", "soft"].iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{}{{kind=\"{}\",mode=\"{mode}\"}} {}",
+                    names::INVALIDATIONS,
+                    k.as_str(),
+                    g(&self.invalidations[i * 2 + j])
+                );
+            }
+        }
+        let gauges = [
+            (
+                names::INVALIDATION_RULES,
+                "Invalidation rules not yet retired.",
+                inv.pending,
+            ),
+            (names::BANS, "Bans not yet retired.", inv.bans),
+            (
+                names::TAG_MEMBERSHIPS,
+                "(object, tag) pairs in the tag index.",
+                inv.memberships,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {n} Tags from origins dropped past the [tags] bounds.\n# TYPE {n} counter\n{n} {}",
+            g(&self.tags_dropped),
+            n = names::TAGS_DROPPED
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {} Admin API calls by status class.",
+            names::API_REQUESTS
+        );
+        let _ = writeln!(out, "# TYPE {} counter", names::API_REQUESTS);
+        for (i, c) in ["2xx", "4xx", "5xx"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{}{{status=\"{c}\"}} {}",
+                names::API_REQUESTS,
+                g(&self.api_requests[i])
+            );
+        }
     }
 
     pub fn count(&self, outcome: Outcome) -> u64 {

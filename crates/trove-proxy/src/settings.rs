@@ -372,6 +372,53 @@ pub struct Settings {
     /// Addresses of trove's other listeners (the admin listener), as bound: the destination
     /// guard refuses them like the proxy's own. Not a config key: the binary fills it in.
     pub other_listeners: Vec<SocketAddr>,
+    /// `[tags]`: tags (surrogate keys) read from origin responses.
+    pub tags: TagSettings,
+    /// `[[named_cache]]`: named caches (partitions) by host and path prefix.
+    pub named_caches: Vec<NamedCacheRoute>,
+}
+
+/// `[tags]`: which response fields carry tags, whether clients see them, and bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TagSettings {
+    /// Response header fields whose values are tags, separated by spaces or commas.
+    pub headers: Vec<String>,
+    /// Remove those fields from what is stored and sent to clients.
+    pub strip: bool,
+    /// Longest tag accepted, in bytes (longer ones are dropped with a log line).
+    pub max_length: usize,
+    /// Most tags kept per object (the rest are dropped with a log line).
+    pub max_per_object: usize,
+}
+
+impl Default for TagSettings {
+    fn default() -> Self {
+        TagSettings {
+            headers: vec!["Surrogate-Key".into(), "Cache-Tag".into(), "xkey".into()],
+            strip: true,
+            max_length: 256,
+            max_per_object: 64,
+        }
+    }
+}
+
+/// A named cache (a partition that can be listed and invalidated whole): objects whose URL
+/// matches `host` and `path_prefix` belong to it (the longest prefix wins, an exact host
+/// beats `"*"`); the admin API may also put objects into it by name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedCacheRoute {
+    pub name: String,
+    /// Host to match (case-insensitive, port ignored), or `"*"` for any.
+    #[serde(default = "star")]
+    pub host: String,
+    #[serde(default = "slash")]
+    pub path_prefix: String,
+}
+
+fn star() -> String {
+    "*".into()
 }
 
 impl Default for Settings {
@@ -391,6 +438,8 @@ impl Default for Settings {
             origins: Vec::new(),
             log: LogSettings::default(),
             other_listeners: Vec::new(),
+            tags: TagSettings::default(),
+            named_caches: Vec::new(),
         }
     }
 }
@@ -400,6 +449,23 @@ impl Settings {
     pub fn validate(&self) -> Result<(), String> {
         if self.listeners.is_empty() {
             return Err("listener: at least one listener is needed".into());
+        }
+        for (i, n) in self.named_caches.iter().enumerate() {
+            if n.name.is_empty() || n.name.len() > 128 {
+                return Err(format!("named_cache[{i}].name: 1 to 128 bytes"));
+            }
+            if !n.path_prefix.starts_with('/')
+                || trove_http::target::normal_path(&n.path_prefix).is_none()
+            {
+                return Err(format!(
+                    "named_cache[{i}].path_prefix: must start with '/' and be well-formed"
+                ));
+            }
+        }
+        for h in &self.tags.headers {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                return Err(format!("tags.headers: {h:?} is not a header field name"));
+            }
         }
         for (i, r) in self.origins.iter().enumerate() {
             if r.upstreams.is_empty() {

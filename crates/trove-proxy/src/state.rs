@@ -54,6 +54,10 @@ pub struct Shared {
     pub origin_slots: Arc<Semaphore>,
     /// Signalled when a client connection closes (an acceptor out of descriptors waits on it).
     pub freed: Freed,
+    /// Named caches (`[[named_cache]]`).
+    pub named_caches: crate::manage::NamedCaches,
+    /// The store's invalidation rules and tag index (`crate::manage`).
+    pub invalidations: Option<Arc<trove_store::Invalidations>>,
 }
 
 impl Shared {
@@ -87,6 +91,8 @@ impl Shared {
         let c = &settings.cache;
         let store: Arc<dyn Storage> =
             Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction));
+        let invalidations = store.invalidations().cloned();
+        let named_caches = crate::manage::NamedCaches::new(&settings.named_caches);
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: settings.origin_pool.max_per_origin,
@@ -138,6 +144,8 @@ impl Shared {
             via_name,
             via,
             freed: Freed::default(),
+            named_caches,
+            invalidations,
         })
     }
 
@@ -161,7 +169,12 @@ impl Shared {
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
         let s = self.store.stats();
-        self.metrics.render(StoreFigures {
+        let inv = self
+            .invalidations
+            .as_ref()
+            .map(|i| i.stats())
+            .unwrap_or_default();
+        let mut out = self.metrics.render(StoreFigures {
             bytes: s.bytes,
             capacity: s.capacity,
             objects: s.objects,
@@ -169,7 +182,9 @@ impl Shared {
             removed: s.removed,
             log_dropped: self.log.dropped(),
             resolver: self.resolver.stats(),
-        })
+        });
+        self.metrics.render_invalidations(&mut out, inv);
+        out
     }
 }
 

@@ -30,6 +30,7 @@ fn head() -> ObjectHead {
         request_time: SystemTime::UNIX_EPOCH,
         response_time: SystemTime::UNIX_EPOCH,
         prepared: Default::default(),
+        labels: Default::default(),
     }
 }
 

@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 
 use crate::eviction::{Eviction, EvictionKind};
 use crate::hash::{fast_map, fingerprint, key_hash, FastMap};
+use crate::invalidation::Invalidations;
 use crate::object::{Object, ObjectHead};
 use crate::storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};
 
@@ -51,6 +52,7 @@ pub struct MemoryStore {
     kind: EvictionKind,
     hook: Option<Arc<dyn EvictionHook>>,
     admission: Arc<dyn Admission>,
+    invalidations: Arc<Invalidations>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -87,7 +89,14 @@ impl MemoryStore {
             kind,
             hook: None,
             admission: Arc::new(AdmitAll),
+            invalidations: Arc::default(),
         }
+    }
+
+    /// Judges objects by `inv` (shared with another tier) instead of a rule log of its own.
+    pub fn with_invalidations(mut self, inv: Arc<Invalidations>) -> Self {
+        self.invalidations = inv;
+        self
     }
 
     /// Hands every evicted object to `hook` (a lower tier).
@@ -133,6 +142,7 @@ impl MemoryStore {
                 shard.evict_while(
                     || self.bytes.load(Ordering::Relaxed) > self.capacity,
                     &self.bytes,
+                    &self.invalidations,
                 )
             };
             self.hand_over(victims);
@@ -183,7 +193,7 @@ impl Storage for MemoryStore {
                 .and_then(|v| v.iter().find(|o| o.variant == obj.variant))
                 .map(|o| o.id);
             if let Some(old) = old {
-                shard.remove_id(old, &self.bytes, Removal::Replaced);
+                shard.remove_id(old, &self.bytes, Removal::Replaced, &self.invalidations);
             }
             shard
                 .entries
@@ -194,9 +204,11 @@ impl Storage for MemoryStore {
             shard.bytes += charge;
             self.bytes.fetch_add(charge, Ordering::Relaxed);
             shard.policy.insert(obj.id, fp, charge);
+            self.invalidations.added(&obj);
             shard.evict_while(
                 || self.bytes.load(Ordering::Relaxed) > self.capacity,
                 &self.bytes,
+                &self.invalidations,
             )
         };
         self.hand_over(victims);
@@ -222,6 +234,7 @@ impl Storage for MemoryStore {
                 id: obj.id,
             });
             *slot = Arc::clone(&updated);
+            self.invalidations.added(&updated);
             // The new head may be larger or smaller: charge it now.
             let charge = updated.charge();
             if let Some((_, c)) = shard.ids.get_mut(&obj.id) {
@@ -265,7 +278,7 @@ impl Storage for MemoryStore {
     fn remove_object(&self, obj: &Object, why: Removal) -> bool {
         self.shard(&obj.key)
             .lock()
-            .remove_id(obj.id, &self.bytes, why)
+            .remove_id(obj.id, &self.bytes, why, &self.invalidations)
     }
 
     fn remove(&self, key: &str, why: Removal) -> usize {
@@ -276,12 +289,30 @@ impl Storage for MemoryStore {
             .map(|v| v.iter().map(|o| o.id).collect())
             .unwrap_or_default();
         ids.iter()
-            .filter(|id| shard.remove_id(**id, &self.bytes, why))
+            .filter(|id| shard.remove_id(**id, &self.bytes, why, &self.invalidations))
             .count()
     }
 
     fn max_object(&self) -> u64 {
         self.max_object
+    }
+
+    fn invalidations(&self) -> Option<&Arc<Invalidations>> {
+        Some(&self.invalidations)
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&Arc<Object>)) {
+        for shard in &self.shards {
+            // Copied out so the shard's lock is not held while visiting.
+            let objs: Vec<Arc<Object>> = shard.lock().entries.values().flatten().cloned().collect();
+            for o in &objs {
+                visit(o);
+            }
+        }
+    }
+
+    fn scans(&self) -> bool {
+        true
     }
 
     fn stats(&self) -> StoreStats {
@@ -301,7 +332,7 @@ impl Storage for MemoryStore {
 }
 
 impl Shard {
-    fn remove_id(&mut self, id: u64, total: &AtomicU64, why: Removal) -> bool {
+    fn remove_id(&mut self, id: u64, total: &AtomicU64, why: Removal, inv: &Invalidations) -> bool {
         let Some((key, charge)) = self.ids.remove(&id) else {
             return false;
         };
@@ -310,7 +341,9 @@ impl Shard {
         self.policy.remove(id);
         self.removed[why.index()] += 1;
         if let Some(v) = self.entries.get_mut(&key) {
-            v.retain(|o| o.id != id);
+            if let Some(i) = v.iter().position(|o| o.id == id) {
+                inv.removed(&v.remove(i));
+            }
             if v.is_empty() {
                 self.entries.remove(&key);
             }
@@ -319,7 +352,12 @@ impl Shard {
     }
 
     /// Evicts while `over()`; returns the victims for the eviction hook.
-    fn evict_while(&mut self, over: impl Fn() -> bool, total: &AtomicU64) -> Vec<Arc<Object>> {
+    fn evict_while(
+        &mut self,
+        over: impl Fn() -> bool,
+        total: &AtomicU64,
+        inv: &Invalidations,
+    ) -> Vec<Arc<Object>> {
         let mut victims = Vec::new();
         while over() {
             let Some(victim) = self.policy.victim() else {
@@ -331,7 +369,9 @@ impl Shard {
                 self.removed[Removal::Evicted.index()] += 1;
                 if let Some(v) = self.entries.get_mut(&key) {
                     if let Some(i) = v.iter().position(|o| o.id == victim) {
-                        victims.push(v.swap_remove(i));
+                        let gone = v.swap_remove(i);
+                        inv.removed(&gone);
+                        victims.push(gone);
                     }
                     if v.is_empty() {
                         self.entries.remove(&key);
@@ -364,6 +404,7 @@ mod tests {
                 request_time: SystemTime::UNIX_EPOCH,
                 response_time: SystemTime::UNIX_EPOCH,
                 prepared: Default::default(),
+                labels: Default::default(),
             },
             Body::complete(Bytes::from(vec![b'x'; size])),
         )

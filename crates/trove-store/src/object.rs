@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use crate::body::Body;
+use crate::invalidation::Labels;
 
 /// The stored response head and what the caching rules need to judge it later.
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct ObjectHead {
     pub response_time: SystemTime,
     /// Facts worked out once when the response was stored, so a hit need not re-derive them.
     pub prepared: Prepared,
+    /// Its tags, named cache and invalidation stamp (see [`crate::invalidation`]).
+    pub labels: Labels,
 }
 
 /// What the proxy derives from a stored head once, at store time, for cheap hits.

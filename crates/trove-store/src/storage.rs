@@ -11,6 +11,7 @@
 //! | [`Storage::touch`] | a hit feeds the eviction policy. |
 //! | [`Storage::remove`] / [`Storage::remove_object`] | invalidation, purge, a failed body; the [`Removal`] reason is counted. |
 //! | [`Storage::holds`] / [`Storage::recharge`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
+//! | [`Storage::invalidations`] / [`Storage::scan`] | invalidation by rule (tags, named caches, prefixes, bans) judged lazily at lookup and swept in the background. |
 //!
 //! Eviction hands each victim to an [`EvictionHook`] (a lower tier may take it) and
 //! [`Admission`] may refuse an object before it costs anything.
@@ -120,4 +121,21 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn max_object(&self) -> u64;
     /// Counters.
     fn stats(&self) -> crate::StoreStats;
+
+    /// The invalidation rules and tag index this store's objects are judged by (see
+    /// [`crate::invalidation`]); `None` when the store keeps none (nothing is invalidated
+    /// by rule then). A disk tier shares the memory tier's and persists its rule log.
+    fn invalidations(&self) -> Option<&Arc<crate::Invalidations>> {
+        None
+    }
+
+    /// Calls `visit` with every stored object, a few at a time, off the request path (the
+    /// background sweep of [`crate::Invalidations::sweep`]). The default visits nothing.
+    fn scan(&self, _visit: &mut dyn FnMut(&Arc<Object>)) {}
+
+    /// True when [`Storage::scan`] visits every object (so rules a pass has checked every
+    /// object against may be retired).
+    fn scans(&self) -> bool {
+        false
+    }
 }

@@ -9,6 +9,7 @@ use trove_proxy::settings::{
     AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
     OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
 };
+use trove_proxy::settings::{NamedCacheRoute, TagSettings};
 use trove_proxy::Settings;
 
 #[derive(Debug, Deserialize)]
@@ -19,6 +20,14 @@ pub struct AdminSettings {
     /// Client networks allowed to use the admin listener (others get a 403). Default:
     /// loopback only.
     pub allow: Vec<ipnet::IpNet>,
+    /// The admin API's bearer token (`/v1/`); `""` with no `token_file` turns the API off.
+    pub token: String,
+    /// A file holding the token (its first line), instead of `token`.
+    pub token_file: String,
+    /// A Unix socket serving the admin listener and API too (mode 0600); `""` for none.
+    pub socket: String,
+    /// The largest object body a put accepts (also bounded by `[cache] max_object`).
+    pub max_put_body: String,
 }
 
 impl Default for AdminSettings {
@@ -29,6 +38,10 @@ impl Default for AdminSettings {
                 "127.0.0.0/8".parse().expect("static"),
                 "::1/128".parse().expect("static"),
             ],
+            token: String::new(),
+            token_file: String::new(),
+            socket: String::new(),
+            max_put_body: "64MiB".into(),
         }
     }
 }
@@ -56,6 +69,8 @@ pub struct Config {
     pub log: LogSettings,
     pub admin: AdminSettings,
     pub runtime: RuntimeSettings,
+    pub tags: TagSettings,
+    pub named_cache: Vec<NamedCacheRoute>,
 }
 
 impl Config {
@@ -74,7 +89,35 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         config.admin_addr()?;
+        config.admin_token()?;
+        config.max_put_body()?;
         Ok(config)
+    }
+
+    /// The admin API's token: `[admin] token`, or the first line of `token_file`.
+    pub fn admin_token(&self) -> anyhow::Result<Option<String>> {
+        let a = &self.admin;
+        match (a.token.is_empty(), a.token_file.is_empty()) {
+            (true, true) => Ok(None),
+            (false, true) => Ok(Some(a.token.clone())),
+            (true, false) => {
+                let text = std::fs::read_to_string(&a.token_file).map_err(|e| {
+                    anyhow::anyhow!("admin.token_file: cannot read {}: {e}", a.token_file)
+                })?;
+                let t = text.lines().next().unwrap_or("").trim().to_string();
+                if t.is_empty() {
+                    anyhow::bail!("admin.token_file: {} is empty", a.token_file);
+                }
+                Ok(Some(t))
+            }
+            (false, false) => anyhow::bail!("admin: set token or token_file, not both"),
+        }
+    }
+
+    /// `[admin] max_put_body` in bytes.
+    pub fn max_put_body(&self) -> anyhow::Result<u64> {
+        trove_proxy::settings::parse_size(&self.admin.max_put_body)
+            .map_err(|e| anyhow::anyhow!("admin.max_put_body: {e}"))
     }
 
     /// The admin listener address, if enabled.
@@ -109,6 +152,8 @@ impl Config {
             origins: self.origin.clone(),
             log: self.log.clone(),
             other_listeners: Vec::new(),
+            tags: self.tags.clone(),
+            named_caches: self.named_cache.clone(),
         }
     }
 }

@@ -10,6 +10,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod api_cli;
 mod config;
 
 use std::path::PathBuf;
@@ -36,6 +37,20 @@ enum Command {
     Serve(ServeArgs),
     /// Web-Polygraph-style benchmark of any caching proxy.
     Bench(Box<trove_bench::BenchArgs>),
+    /// Store an object under a URL through the admin API.
+    Put(api_cli::PutArgs),
+    /// Print a stored object's body (or with --meta its variants) from the admin API.
+    Get(api_cli::UrlArgs),
+    /// Remove every stored variant of a URL through the admin API.
+    Delete(api_cli::UrlArgs),
+    /// Invalidate a URL, a tag, a named cache, a prefix or a ban pattern, hard or --soft.
+    Purge(api_cli::PurgeArgs),
+    /// List the objects carrying a tag or in a named cache, or the named caches.
+    List(api_cli::ListArgs),
+    /// The store's and the invalidation rules' figures.
+    Stats(api_cli::ConnOnly),
+    /// Pending bans.
+    Bans(api_cli::ConnOnly),
 }
 
 #[derive(clap::Args)]
@@ -63,6 +78,13 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => trove_bench::run(*args),
+        Command::Put(a) => api_cli::put(a),
+        Command::Get(a) => api_cli::get(a),
+        Command::Delete(a) => api_cli::delete(a),
+        Command::Purge(a) => api_cli::purge(a),
+        Command::List(a) => api_cli::list(a),
+        Command::Stats(a) => api_cli::stats(a),
+        Command::Bans(a) => api_cli::bans(a),
     };
     if let Err(e) = result {
         eprintln!("trove: {e:#}");
@@ -134,11 +156,23 @@ async fn run(config: Config) -> anyhow::Result<()> {
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }
+    let api = Arc::new(trove_admin::api::Api::new(
+        Arc::clone(&running.shared),
+        config.admin_token()?,
+        config.max_put_body()?,
+    ));
     if let Some(admin) = admin {
         let bound = admin.local_addr();
         let allow = trove_admin::Allow::new(config.admin.allow.clone());
-        admin.serve(allow, Arc::new(AdminSource(Arc::clone(&running.shared))));
+        let source = Arc::new(AdminSource(Arc::clone(&running.shared)));
+        admin.serve_with_api(allow, source, Some(Arc::clone(&api)));
         eprintln!("admin listening {bound}");
+    }
+    if !config.admin.socket.is_empty() {
+        let unix = trove_admin::bind_unix(std::path::Path::new(&config.admin.socket))?;
+        let source = Arc::new(AdminSource(Arc::clone(&running.shared)));
+        eprintln!("admin listening {}", unix.path().display());
+        unix.serve(source, Some(api));
     }
     shutdown_signal().await;
     eprintln!("trove: shutting down");

@@ -37,7 +37,7 @@ use trove_cache::{
     lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
     ResponseHead, Rules, CACHE_STATUS,
 };
-use trove_store::{Object, ObjectHead, Removal};
+use trove_store::{Labels, Object, ObjectHead, Removal, Verdict};
 
 use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
@@ -97,6 +97,12 @@ impl Ctx<'_> {
         self.target.key()
     }
 
+    /// The invalidation sequence number now, to stamp a request about to be sent with: its
+    /// response is older than any rule made after this (`trove_store::invalidation`).
+    fn born(&self) -> u64 {
+        born(self.shared)
+    }
+
     /// A bodyless request for the target to its origin.
     async fn send(
         &self,
@@ -119,6 +125,33 @@ impl Ctx<'_> {
         )
         .await
     }
+}
+
+fn born(shared: &Shared) -> u64 {
+    shared.invalidations.as_ref().map_or(0, |i| i.current())
+}
+
+/// True when a rule made since `obj` was fetched invalidated it hard.
+fn is_dead(shared: &Shared, obj: &Object) -> bool {
+    lookup::verdict(shared.invalidations.as_deref(), obj) == Verdict::Dead
+}
+
+/// The labels of a response about to be stored: the tags its origin gave (the tag fields
+/// removed from `headers` when `[tags] strip` says so), its named cache, and `born`.
+fn origin_labels(shared: &Shared, target: &Target, headers: &mut HeaderMap, born: u64) -> Labels {
+    let tags = crate::manage::origin_tags(&shared.settings.tags, headers);
+    if tags.dropped > 0 {
+        shared
+            .metrics
+            .tags_dropped
+            .fetch_add(tags.dropped as u64, Ordering::Relaxed);
+        tracing::info!(
+            url = target.key(),
+            dropped = tags.dropped,
+            "tags past [tags] max_length or max_per_object dropped"
+        );
+    }
+    crate::manage::labels(shared, &target.url, &tags.tags, None, born)
 }
 
 /// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
@@ -322,6 +355,10 @@ async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
                 let limit = cx.shared.settings.timeouts.origin_response;
                 if let Ok(Collapsed::Stored(obj)) = tokio::time::timeout(limit, w.wait()).await {
                     let now = fetch::now();
+                    // The leader's request may predate an invalidation made since.
+                    if is_dead(cx.shared, &obj) {
+                        return fetch_and_store(cx, f, None).await;
+                    }
                     if let Some(Action::Serve {
                         obj,
                         outcome,
@@ -340,19 +377,24 @@ async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
 }
 
 /// Sends `f` to the origin and stores or passes what comes back.
-async fn fetch_and_store(cx: &Ctx<'_>, f: Fetch, leader: Option<Leader>) -> Reply {
+async fn fetch_and_store(cx: &Ctx<'_>, mut f: Fetch, leader: Option<Leader>) -> Reply {
+    let born = cx.born();
     let resp = match cx.send(f.conditionals, None).await {
         Ok(r) => r,
         Err(e) => return failed(cx, f.stale.as_ref(), f.fwd, f.outcome, &e),
     };
     let now = fetch::now();
+    // A stale copy invalidated meanwhile is no fallback.
+    if f.stale.as_ref().is_some_and(|o| is_dead(cx.shared, o)) {
+        f.stale = None;
+    }
     if let Some((obj, status)) =
         respond::stale_on_server_error(&f, cx.core(), resp.status, cx.rules(), now)
     {
         tokio::spawn(fetch::discard(resp));
         return hit(cx, &obj, Outcome::RefreshFailOld, status, now);
     }
-    from_origin(cx, resp, leader, f.fwd, f.outcome)
+    from_origin(cx, resp, leader, f.fwd, f.outcome, born)
 }
 
 fn response_head<'a>(resp: &OriginResponse, headers: &'a HeaderMap) -> ResponseHead<'a> {
@@ -372,10 +414,13 @@ fn from_origin(
     leader: Option<Leader>,
     fwd: Fwd,
     outcome: Outcome,
+    born: u64,
 ) -> Reply {
     let shared = cx.shared;
     let peer = Some(resp.upstream.authority());
-    let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+    let mut headers =
+        respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+    let labels = origin_labels(shared, cx.target, &mut headers, born);
     let head = response_head(&resp, &headers);
     if cx.req.method == Method::HEAD {
         // RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Its
@@ -396,11 +441,20 @@ fn from_origin(
     let max = shared.store.max_object();
     match respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max) {
         OnResponse::Store {
-            object,
+            mut object,
             leader_fields,
             status,
-        } => match shared.store.insert(*object) {
+        } => match shared.store.insert({
+            object.head.labels = labels;
+            *object
+        }) {
             Ok(obj) => {
+                // Invalidated between this request's send and now (the rule was there when
+                // it was stored, or is seen here): gone from the store; its own client,
+                // whose request came first, is still served.
+                if is_dead(shared, &obj) {
+                    shared.store.remove_object(&obj, Removal::Purged);
+                }
                 shared.memo.lock().forget(cx.key());
                 // The leader's reader exists before the fill starts, so the fill never runs
                 // ahead of it as if nobody were reading.
@@ -484,6 +538,8 @@ fn failed(
     }
     tracing::debug!(error = %e, "origin request failed");
     let now = fetch::now();
+    // A stale copy invalidated meanwhile is no fallback (a soft invalidation's is).
+    let stale = stale.filter(|o| !is_dead(cx.shared, o));
     match respond::after_failure(stale, cx.core(), cx.rules(), fwd, outcome, e.failure(), now) {
         OnFailure::ServeStale { obj, status } => {
             hit(cx, &obj, Outcome::RefreshFailOld, status, now)
@@ -513,6 +569,7 @@ async fn revalidate(
     outcome: Outcome,
     fwd: Fwd,
 ) -> Reply {
+    let born = cx.born();
     let resp = match cx.send(Conditionals::Strip, Some(conditional)).await {
         Ok(r) => r,
         Err(e) => return failed(cx, Some(&obj), fwd, outcome, &e),
@@ -521,12 +578,24 @@ async fn revalidate(
     let headers =
         respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
     let head = response_head(&resp, &headers);
-    match respond::after_validation(&obj, cx.core(), &head, cx.rules(), fwd, now) {
+    let verdict = respond::after_validation(&obj, cx.core(), &head, cx.rules(), fwd, now);
+    // A 304 to a request sent before an invalidation of this object confirms nothing that
+    // may still be served: fetch the whole response instead.
+    let verdict = match verdict {
+        OnValidation::Freshen { .. } | OnValidation::ServeStale { .. }
+            if is_dead(cx.shared, &obj) =>
+        {
+            OnValidation::Refetch
+        }
+        v => v,
+    };
+    match verdict {
         OnValidation::Freshen {
-            head,
+            mut head,
             status,
             leader_fields,
         } => {
+            head.labels = obj.head.labels.reborn(born);
             let peer = Some(resp.upstream.authority());
             tokio::spawn(fetch::discard(resp));
             let fresh = freshen(cx.shared, &obj, *head);
@@ -547,11 +616,12 @@ async fn revalidate(
         OnValidation::Refetch => {
             // The 304 does not match what we hold (§4.3.4): fetch the whole response.
             tokio::spawn(fetch::discard(resp));
+            let stale = (!is_dead(cx.shared, &obj)).then_some(obj);
             let f = Fetch {
                 fwd,
                 collapse: Collapse::No,
                 conditionals: Conditionals::Strip,
-                stale: Some(obj),
+                stale,
                 outcome: Outcome::RefreshModified,
             };
             fetch_and_store(cx, f, None).await
@@ -560,7 +630,7 @@ async fn revalidate(
             tokio::spawn(fetch::discard(resp));
             hit(cx, &obj, Outcome::RefreshFailOld, status, now)
         }
-        OnValidation::Replace => from_origin(cx, resp, None, fwd, outcome),
+        OnValidation::Replace => from_origin(cx, resp, None, fwd, outcome, born),
     }
 }
 
@@ -611,6 +681,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     tokio::spawn(async move {
         let _busy = busy;
         let cond = trove_http::validation::conditional_headers(&obj.head.headers);
+        let born = born(&shared);
         let sent = fetch::send(
             &shared,
             Outgoing {
@@ -628,12 +699,16 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         .await;
         let Ok(resp) = sent else { return };
         let rules = shared.rules(mode);
-        let headers =
+        let mut headers =
             respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+        let labels = origin_labels(&shared, &target, &mut headers, born);
         let head = response_head(&resp, &headers);
         if resp.status == StatusCode::NOT_MODIFIED {
-            if respond::answers(&obj, &headers) {
-                freshen(&shared, &obj, respond::freshened_head(&obj, &head, rules));
+            // Not if the object was invalidated since the request went out.
+            if respond::answers(&obj, &headers) && !is_dead(&shared, &obj) {
+                let mut fresh = respond::freshened_head(&obj, &head, rules);
+                fresh.labels = obj.head.labels.reborn(born);
+                freshen(&shared, &obj, fresh);
             }
             fetch::discard(resp).await;
             return;
@@ -641,8 +716,16 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         let core = Request::new(&req.method, &req.headers);
         let max = shared.store.max_object();
         match respond::after_fetch(core, target.key(), &head, rules, Fwd::Stale, max) {
-            OnResponse::Store { object, .. } => match shared.store.insert(*object) {
-                Ok(obj) => fetch::spawn_fill(&shared, resp, obj),
+            OnResponse::Store { mut object, .. } => match shared.store.insert({
+                object.head.labels = labels;
+                *object
+            }) {
+                Ok(obj) => {
+                    if is_dead(&shared, &obj) {
+                        shared.store.remove_object(&obj, Removal::Purged);
+                    }
+                    fetch::spawn_fill(&shared, resp, obj)
+                }
                 Err(_) => fetch::discard(resp).await,
             },
             OnResponse::Pass { .. } => fetch::discard(resp).await,
@@ -841,8 +924,24 @@ fn body_failed(cx: &Ctx<'_>, e: BodyReadError) -> Reply {
     Reply::simple(status, Outcome::None, &e.to_string()).closing()
 }
 
-/// `PURGE`: removes every stored variant of the URL, for clients the purge ACL allows.
+/// Request fields of a `PURGE` on the proxy port: tags to invalidate instead of the URL
+/// (also Varnish xkey's `xkey-purge` and `xkey-softpurge`), a named cache, the URL as a
+/// prefix, and soft instead of hard.
+pub mod purge_fields {
+    pub const TAG: &str = "trove-purge-tag";
+    pub const CACHE: &str = "trove-purge-cache";
+    pub const PREFIX: &str = "trove-purge-prefix";
+    pub const SOFT: &str = "trove-purge-soft";
+    pub const XKEY: &str = "xkey-purge";
+    pub const XKEY_SOFT: &str = "xkey-softpurge";
+}
+
+/// `PURGE`, for clients the purge ACL allows: removes every stored variant of the URL, or
+/// with the [`purge_fields`] invalidates tags, a named cache or a prefix, hard or soft,
+/// exactly as the admin API does (`crate::manage`).
 fn purge(cx: &Ctx<'_>) -> Reply {
+    use crate::manage;
+    use purge_fields as pf;
     if !cx.shared.purge_acl.allows(cx.client_ip) {
         return Reply::simple(
             StatusCode::FORBIDDEN,
@@ -850,17 +949,109 @@ fn purge(cx: &Ctx<'_>) -> Reply {
             "PURGE not allowed from this address",
         );
     }
-    let removed = cx.shared.store.remove(cx.key(), Removal::Purged);
-    let (status, text) = if removed > 0 {
-        (
-            StatusCode::OK,
-            format!("purged {removed} stored response(s)"),
-        )
-    } else {
-        (
-            StatusCode::NOT_FOUND,
-            "nothing stored for this URL".to_string(),
-        )
+    let h = &cx.req.headers;
+    let flag = |name: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"))
     };
-    Reply::simple(status, Outcome::Purge, &text)
+    let words = |name: &str| -> Vec<String> {
+        h.get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split([' ', ',', '\t']))
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let soft = flag(pf::SOFT) || h.contains_key(pf::XKEY_SOFT);
+    let mode = if soft {
+        trove_api::Mode::Soft
+    } else {
+        trove_api::Mode::Hard
+    };
+    let mut tags = words(pf::TAG);
+    tags.extend(words(pf::XKEY));
+    tags.extend(words(pf::XKEY_SOFT));
+    let cache = h
+        .get(pf::CACHE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let calls: Vec<trove_api::Invalidate> = if !tags.is_empty() {
+        tags.into_iter()
+            .map(|t| trove_api::Invalidate {
+                tag: Some(t),
+                mode,
+                ..Default::default()
+            })
+            .collect()
+    } else if let Some(c) = cache {
+        vec![trove_api::Invalidate {
+            cache: Some(c),
+            mode,
+            ..Default::default()
+        }]
+    } else if flag(pf::PREFIX) {
+        vec![trove_api::Invalidate {
+            prefix: Some(cx.key().to_string()),
+            mode,
+            ..Default::default()
+        }]
+    } else {
+        vec![trove_api::Invalidate {
+            url: Some(cx.key().to_string()),
+            mode,
+            ..Default::default()
+        }]
+    };
+    // Checked whole before anything is applied: a bad tag among good ones applies none.
+    for c in &calls {
+        if let Some(t) = &c.tag {
+            if let Err(e) = manage::check_tags(&cx.shared.settings.tags, std::slice::from_ref(t)) {
+                return Reply::simple(e.status(), Outcome::Purge, &e.to_string());
+            }
+        }
+    }
+    let now = fetch::now();
+    let mut last = None;
+    for c in &calls {
+        match manage::invalidate(cx.shared, c, now) {
+            Ok(ack) => last = Some(ack),
+            Err(e) => return Reply::simple(e.status(), Outcome::Purge, &e.to_string()),
+        }
+    }
+    let Some(ack) = last else {
+        return Reply::simple(StatusCode::BAD_REQUEST, Outcome::Purge, "nothing to purge");
+    };
+    match ack.removed {
+        // A hard purge of a URL says whether anything was stored, as it always has.
+        Some(0) if ack.kind == "url" && mode == trove_api::Mode::Hard => Reply::simple(
+            StatusCode::NOT_FOUND,
+            Outcome::Purge,
+            "nothing stored for this URL",
+        ),
+        Some(n) if ack.kind == "url" && mode == trove_api::Mode::Hard => Reply::simple(
+            StatusCode::OK,
+            Outcome::Purge,
+            &format!("purged {n} stored response(s)"),
+        ),
+        _ => Reply::simple(
+            StatusCode::OK,
+            Outcome::Purge,
+            &format!(
+                "invalidated ({} {}, {} call(s)), seq {}",
+                ack.kind,
+                mode_str(mode),
+                calls.len(),
+                ack.seq
+            ),
+        ),
+    }
+}
+
+fn mode_str(m: trove_api::Mode) -> &'static str {
+    match m {
+        trove_api::Mode::Hard => "hard",
+        trove_api::Mode::Soft => "soft",
+    }
 }

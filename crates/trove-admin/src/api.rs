@@ -1,0 +1,388 @@
+//! The admin API under `/v1/` (docs/api.md): put, get and delete objects, invalidate by
+//! URL, tag, named cache, prefix or ban (hard or soft), list and count by tag and named
+//! cache, store statistics and pending bans. The work is `trove_proxy::manage`'s; this is
+//! the HTTP surface: the bearer token, the query strings, JSON in and out (serde, with the
+//! wire types of `trove-api` that the client crate shares), bounded bodies, and a JSON error
+//! with a 4xx for every refusal — checked whole before anything is applied.
+//!
+//! Dependencies: `subtle` compares the token in constant time (the RustCrypto project's
+//! crate for exactly that); `form_urlencoded` and `percent-encoding` (the `url` crate's
+//! parts) read query strings and path segments.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::Serialize;
+use trove_api as wire;
+use trove_proxy::manage::{self, ManageError};
+use trove_proxy::Shared;
+
+/// The admin API: the proxy's shared state, the token, and the largest put accepted.
+pub struct Api {
+    shared: Arc<Shared>,
+    /// `None`: the API is disabled (no token configured).
+    token: Option<Vec<u8>>,
+    max_body: u64,
+}
+
+impl Api {
+    /// An API over `shared`; without a token every call is refused (403, `disabled`).
+    pub fn new(shared: Arc<Shared>, token: Option<String>, max_body: u64) -> Api {
+        Api {
+            shared,
+            token: token.filter(|t| !t.is_empty()).map(String::into_bytes),
+            max_body,
+        }
+    }
+
+    fn authorized(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let Some(token) = &self.token else {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "disabled",
+                "the admin API is off: set [admin] token or token_file",
+            ));
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, rest) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            })
+            .unwrap_or("");
+        // Constant time in the token's content; a length mismatch is refused the same way.
+        let ok = given.len() == token.len()
+            && bool::from(subtle::ConstantTimeEq::ct_eq(
+                given.as_bytes(),
+                token.as_slice(),
+            ));
+        if ok {
+            Ok(())
+        } else {
+            Err(Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token (Authorization: Bearer <[admin] token>)",
+            ))
+        }
+    }
+}
+
+/// A refusal: status, stable code, message.
+struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ManageError> for Refusal {
+    fn from(e: ManageError) -> Refusal {
+        Refusal::new(e.status(), e.code(), e.to_string())
+    }
+}
+
+fn bad(message: impl Into<String>) -> Refusal {
+    Refusal::new(StatusCode::BAD_REQUEST, "bad-request", message)
+}
+
+type Reply = Response<Full<Bytes>>;
+
+/// Answers one request under `/v1/`.
+pub async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
+    let reply = match answer(api, req).await {
+        Ok(r) => r,
+        Err(r) => {
+            let body = wire::ErrorBody {
+                error: wire::Error {
+                    code: r.code.to_string(),
+                    message: r.message,
+                },
+            };
+            let mut resp = json(r.status, &body);
+            if r.status == StatusCode::UNAUTHORIZED {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            resp
+        }
+    };
+    let class = match reply.status().as_u16() {
+        200..=399 => 0,
+        400..=499 => 1,
+        _ => 2,
+    };
+    api.shared.metrics.api_requests[class].fetch_add(1, Ordering::Relaxed);
+    reply
+}
+
+async fn answer(api: &Api, req: Request<Incoming>) -> Result<Reply, Refusal> {
+    api.authorized(req.headers())?;
+    let path = req.uri().path().to_string();
+    let query = Query::parse(req.uri().query().unwrap_or(""));
+    let rest = path
+        .strip_prefix(wire::PREFIX)
+        .and_then(|p| p.strip_prefix('/'))
+        .unwrap_or("");
+    let (first, second) = match rest.split_once('/') {
+        Some((a, b)) => (a, Some(decode(b)?)),
+        None => (rest, None),
+    };
+    let shared = &*api.shared;
+    let now = SystemTime::now();
+    let method = req.method().clone();
+    match (&method, first, second) {
+        (&Method::PUT, "object", None) => {
+            let url = query.url()?;
+            let put = read_put(api, &query, url, req).await?;
+            Ok(json(StatusCode::CREATED, &manage::put(shared, put, now)?))
+        }
+        (&Method::GET | &Method::HEAD, "object", None) => {
+            get_object(shared, query.url()?, method == Method::HEAD).await
+        }
+        (&Method::DELETE, "object", None) => Ok(json(
+            StatusCode::OK,
+            &manage::delete(shared, query.url()?, now)?,
+        )),
+        (&Method::GET, "meta", None) => Ok(json(
+            StatusCode::OK,
+            &manage::meta(shared, query.url()?, now)?,
+        )),
+        (&Method::POST, "invalidate", None) => {
+            let body = read_body(req, 64 << 10).await?;
+            let call: wire::Invalidate =
+                serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+            Ok(json(
+                StatusCode::OK,
+                &manage::invalidate(shared, &call, now)?,
+            ))
+        }
+        (&Method::GET, "tags", Some(tag)) => Ok(json(
+            StatusCode::OK,
+            &manage::list(shared, &tag, false, query.limit()?)?,
+        )),
+        (&Method::GET, "caches", None) => Ok(json(StatusCode::OK, &manage::caches(shared))),
+        (&Method::GET, "caches", Some(name)) => Ok(json(
+            StatusCode::OK,
+            &manage::list(shared, &name, true, query.limit()?)?,
+        )),
+        (&Method::GET, "stats", None) => Ok(json(StatusCode::OK, &manage::stats(shared))),
+        (&Method::GET, "bans", None) => {
+            Ok(json(StatusCode::OK, &manage::bans(shared, query.limit()?)))
+        }
+        (_, "object" | "meta" | "invalidate" | "tags" | "caches" | "stats" | "bans", _) => {
+            Err(Refusal::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method",
+                format!("{method} is not served at {path}"),
+            ))
+        }
+        _ => Err(Refusal::new(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no API call at {path}"),
+        )),
+    }
+}
+
+fn decode(s: &str) -> Result<String, Refusal> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| bad("path segment is not UTF-8"))
+}
+
+/// A query string's pairs, decoded.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: &str) -> Query {
+        Query(form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    fn url(&self) -> Result<&str, Refusal> {
+        self.get("url")
+            .ok_or_else(|| bad("the url query parameter is required"))
+    }
+
+    fn number(&self, name: &str) -> Result<Option<u64>, Refusal> {
+        self.get(name)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(format!("{name}: not a whole number: {v:?}")))
+            })
+            .transpose()
+    }
+
+    fn limit(&self) -> Result<usize, Refusal> {
+        Ok(self.number("limit")?.unwrap_or(100).min(100_000) as usize)
+    }
+}
+
+async fn read_body(req: Request<Incoming>, max: u64) -> Result<Bytes, Refusal> {
+    let too_large = || {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-large",
+            format!("request body larger than {max} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), max as usize).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(bad(format!("cannot read the body: {e}"))),
+    }
+}
+
+/// A put's object: the query gives `url`, `ttl`, `status`, `cache`, `tag` (repeated), the
+/// `Content-Type` is stored, and each `Trove-Set: Name: value` field adds a stored field.
+async fn read_put(
+    api: &Api,
+    query: &Query,
+    url: &str,
+    req: Request<Incoming>,
+) -> Result<manage::Put, Refusal> {
+    let mut headers = HeaderMap::new();
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+        headers.insert(header::CONTENT_TYPE, ct.clone());
+    }
+    for v in req.headers().get_all(wire::SET_FIELD) {
+        let line = v
+            .to_str()
+            .map_err(|_| bad("Trove-Set: not visible ASCII"))?;
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| bad(format!("Trove-Set: {line:?} is not \"Name: value\"")))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| bad(format!("Trove-Set: bad field name {name:?}")))?;
+        let value = HeaderValue::from_str(value.trim())
+            .map_err(|_| bad(format!("Trove-Set: bad value for {name}")))?;
+        headers.append(name, value);
+    }
+    let status = query.number("status")?.unwrap_or(200);
+    let ttl = query.number("ttl")?.map(Duration::from_secs);
+    let tags = query.all("tag");
+    let cache = query.get("cache").map(str::to_string);
+    // Checked before the body is read, so a refused put costs no upload.
+    manage::check_tags(&api.shared.settings.tags, &tags)?;
+    if let Some(c) = &cache {
+        if !api.shared.named_caches.knows(c) {
+            return Err(ManageError::UnknownCache(c.clone()).into());
+        }
+    }
+    manage::key_of(url)?;
+    let max = api.max_body.min(api.shared.store.max_object());
+    let body = read_body(req, max).await?;
+    Ok(manage::Put {
+        url: url.to_string(),
+        status: status.min(u16::MAX as u64) as u16,
+        headers,
+        body,
+        ttl,
+        cache,
+        tags,
+    })
+}
+
+/// The newest live variant of a URL, as stored, with its tags and named cache.
+async fn get_object(shared: &Shared, url: &str, head_only: bool) -> Result<Reply, Refusal> {
+    let (_, objs) = manage::stored(shared, url)?;
+    let obj = objs.into_iter().next().ok_or(ManageError::NotFound)?;
+    let body = if head_only {
+        Bytes::new()
+    } else {
+        match obj.body.complete_bytes() {
+            Some(b) => b,
+            None => {
+                // Still arriving: read it to its end, bounded like any fetch.
+                let mut r = obj.body.reader(0);
+                let mut all = bytes::BytesMut::new();
+                let limit = Duration::from_secs(30);
+                loop {
+                    match tokio::time::timeout(limit, r.next()).await {
+                        Ok(Some(Ok(b))) => all.extend_from_slice(&b),
+                        Ok(None) => break,
+                        _ => {
+                            return Err(Refusal::new(
+                                StatusCode::BAD_GATEWAY,
+                                "incomplete",
+                                "the stored body failed while arriving",
+                            ))
+                        }
+                    }
+                }
+                all.freeze()
+            }
+        }
+    };
+    let (tags, cache) = manage::names(shared, &obj);
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = obj.head.status;
+    let h = resp.headers_mut();
+    for (n, v) in &obj.head.headers {
+        if n != header::CONTENT_LENGTH && n != header::TRANSFER_ENCODING {
+            h.append(n.clone(), v.clone());
+        }
+    }
+    if !tags.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&tags.join(" ")) {
+            h.insert(wire::TAGS_FIELD, v);
+        }
+    }
+    if let Some(c) = cache.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        h.insert(wire::CACHE_FIELD, c);
+    }
+    Ok(resp)
+}
+
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Reply {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}

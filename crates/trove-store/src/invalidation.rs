@@ -1,0 +1,703 @@
+//! Invalidation by rule, applied lazily: URL purges, tags (surrogate keys), named caches,
+//! URL prefixes and bans, hard (gone) or soft (stale), acknowledged in constant time
+//! whatever the number of objects they cover.
+//!
+//! **Why rules and not a walk.** Removing every object that carries a tag, or lies under a
+//! prefix, costs time proportional to what matches (or, for a prefix or a ban, to the
+//! whole store). Here an invalidation appends one [`Rule`] to a log under a sequence
+//! number and is done; the store is brought in line afterwards, by two means:
+//!
+//! - **At lookup** ([`Invalidations::verdict`]): every stored object carries in its
+//!   [`Labels`] the sequence number current when the request that produced it was *sent*
+//!   (`born`) and the newest rule it has been checked against (`checked`). An object is
+//!   checked only against rules newer than both, once: the common hit costs one atomic load
+//!   and a compare, however many rules are pending (Varnish's ban list grows a cost per hit
+//!   instead). A hard match is [`Verdict::Dead`] (the caller removes it); a soft match is
+//!   [`Verdict::Stale`] from the rule's time on, until a revalidation gives the object a
+//!   newer `born`.
+//! - **In the background** ([`Invalidations::sweep`]): a pass over the store checks every
+//!   object the same way, removing the dead so their memory returns, and rules every object
+//!   has been checked against are retired once no fetch sent before them can still be
+//!   arriving (`retire_after`). An object older than a retired rule it was never checked
+//!   against is taken as dead (it can only be a fetch slower than that bound).
+//!
+//! **Why `born` is the send time.** A response that left the origin before an
+//! invalidation may arrive after it. Stamped with the sequence number at send time, it is
+//! older than the rule and dies like any old copy: a fill still streaming in, a collapsed
+//! fetch's followers, a 304 to a revalidation sent before the purge (the driver refetches).
+//!
+//! Tags and named caches are kept as stable XXH3 hashes ([`tag_hash`], [`cache_hash`]) so
+//! a disk tier can persist them and a broker can carry them; [`Members`] keeps which objects
+//! carry each (for listing and counting), and names for display.
+//!
+//! The rule log (`Rule` with its `seq`) is the record a persistent tier must keep, and the
+//! message a fan-out to other nodes would carry: sequence-numbered and idempotent.
+//!
+//! Dependencies: `regex` (the Rust project's own, linear-time: a ban pattern from an API
+//! caller can't make a lookup take exponential time).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::HeaderName;
+use parking_lot::{Mutex, RwLock};
+
+use crate::hash::{fast_map, key_hash, FastMap};
+use crate::object::Object;
+use crate::storage::{Removal, Storage};
+
+const TAG_SEED: u64 = 0x7472_6f76_6574_6167; // "trovetag"
+const CACHE_SEED: u64 = 0x7472_6f76_6563_6163; // "trovecac"
+const MEMBER_SHARDS: usize = 16;
+
+/// The stable hash of a tag (surrogate key).
+pub fn tag_hash(tag: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(tag.as_bytes(), TAG_SEED)
+}
+
+/// The stable hash of a named cache's name.
+pub fn cache_hash(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), CACHE_SEED)
+}
+
+/// What an object carries for invalidation: its tags, its named cache and its stamps.
+#[derive(Debug, Default)]
+pub struct Labels {
+    /// Stable hashes of its tags ([`tag_hash`]).
+    pub tags: Arc<[u64]>,
+    /// The hash of its named cache ([`cache_hash`]), if any.
+    pub cache: Option<u64>,
+    /// The invalidation sequence number current when the request that produced this
+    /// response was sent (0: older than every rule).
+    pub born: u64,
+    /// The newest rule this object was checked against.
+    checked: AtomicU64,
+    /// The newest soft rule that matched it (0: none).
+    soft: AtomicU64,
+    /// When that soft rule was made, in milliseconds since the epoch.
+    soft_at: AtomicU64,
+}
+
+impl Clone for Labels {
+    fn clone(&self) -> Self {
+        Labels {
+            tags: Arc::clone(&self.tags),
+            cache: self.cache,
+            born: self.born,
+            checked: AtomicU64::new(self.checked.load(Ordering::Relaxed)),
+            soft: AtomicU64::new(self.soft.load(Ordering::Relaxed)),
+            soft_at: AtomicU64::new(self.soft_at.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl Labels {
+    /// Labels with these tag and cache hashes, stamped `born`.
+    pub fn new(tags: Vec<u64>, cache: Option<u64>, born: u64) -> Labels {
+        Labels {
+            tags: tags.into(),
+            cache,
+            born,
+            ..Labels::default()
+        }
+    }
+
+    /// True when the object carries the tag or named cache hashed `h`.
+    pub fn carries(&self, h: u64) -> bool {
+        self.cache == Some(h) || self.tags.contains(&h)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.tags.is_empty() && self.cache.is_none()
+    }
+
+    /// The same labels, stamped `born` (a revalidation sent at `born` confirmed the object).
+    pub fn reborn(&self, born: u64) -> Labels {
+        let mut l = self.clone();
+        l.born = l.born.max(born);
+        l
+    }
+}
+
+/// What a rule selects.
+#[derive(Debug, Clone)]
+pub enum Selector {
+    /// Every variant of one URL (the key's stable hash).
+    Key(u64),
+    /// Every object carrying a tag or belonging to a named cache (its hash).
+    Tag(u64),
+    /// Every URL starting with this (normalised) prefix.
+    Prefix(String),
+    /// Every object a ban pattern matches.
+    Ban(Arc<Ban>),
+}
+
+impl Selector {
+    fn matches(&self, obj: &Object, key: &mut Option<u64>) -> bool {
+        match self {
+            Selector::Key(h) => *key.get_or_insert_with(|| key_hash(&obj.key)) == *h,
+            Selector::Tag(h) => obj.head.labels.carries(*h),
+            Selector::Prefix(p) => obj.key.starts_with(p.as_str()),
+            Selector::Ban(b) => b.matches(obj),
+        }
+    }
+}
+
+/// Hard: the objects are gone. Soft: they are stale, so stale-while-revalidate and
+/// stale-if-error still apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Hard,
+    Soft,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Hard => "hard",
+            Mode::Soft => "soft",
+        }
+    }
+}
+
+/// One invalidation: sequence-numbered, idempotent to apply again.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub seq: u64,
+    pub selector: Selector,
+    pub mode: Mode,
+    /// When it was made (soft staleness counts from here).
+    pub at: SystemTime,
+}
+
+/// An object's standing against the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Alive,
+    /// Soft-invalidated at `since`: stale from then on.
+    Stale {
+        since: SystemTime,
+    },
+    /// Hard-invalidated: never serve it.
+    Dead,
+}
+
+/// What a ban pattern looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BanSubject {
+    /// The normalised URL (the cache key).
+    Url,
+    /// A stored response header field.
+    Header(HeaderName),
+}
+
+/// How a ban pattern compares.
+#[derive(Debug, Clone)]
+pub enum BanOp {
+    Equals(String),
+    Prefix(String),
+    Regex(regex::Regex),
+}
+
+/// A ban: every stored object whose subject the operator matches.
+#[derive(Debug, Clone)]
+pub struct Ban {
+    pub subject: BanSubject,
+    pub op: BanOp,
+}
+
+/// Why a ban pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BanError {
+    #[error("unknown ban subject {0:?} (use \"url\" or \"header:NAME\")")]
+    Subject(String),
+    #[error("unknown ban operator {0:?} (use \"==\", \"^=\" or \"~\")")]
+    Operator(String),
+    #[error("invalid regular expression: {0}")]
+    Regex(String),
+    #[error("ban pattern longer than {0} bytes")]
+    TooLong(usize),
+}
+
+/// The longest ban pattern accepted (a regex's compiled size is bounded too).
+pub const MAX_BAN_PATTERN: usize = 1024;
+
+impl Ban {
+    /// Parses `subject` (`url`, `header:NAME`), `op` (`==`, `^=`, `~`) and `value`.
+    pub fn parse(subject: &str, op: &str, value: &str) -> Result<Ban, BanError> {
+        if value.len() > MAX_BAN_PATTERN {
+            return Err(BanError::TooLong(MAX_BAN_PATTERN));
+        }
+        let subject = if subject.eq_ignore_ascii_case("url") {
+            BanSubject::Url
+        } else if let Some(name) = subject
+            .strip_prefix("header:")
+            .or_else(|| subject.strip_prefix("obj.http."))
+        {
+            BanSubject::Header(
+                HeaderName::from_bytes(name.trim().as_bytes())
+                    .map_err(|_| BanError::Subject(subject.to_string()))?,
+            )
+        } else {
+            return Err(BanError::Subject(subject.to_string()));
+        };
+        let op = match op {
+            "==" => BanOp::Equals(value.to_string()),
+            "^=" => BanOp::Prefix(value.to_string()),
+            "~" => BanOp::Regex(
+                regex::RegexBuilder::new(value)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| BanError::Regex(e.to_string()))?,
+            ),
+            other => return Err(BanError::Operator(other.to_string())),
+        };
+        Ok(Ban { subject, op })
+    }
+
+    /// The pattern as written (`url ~ ^http://a/`).
+    pub fn describe(&self) -> String {
+        let subject = match &self.subject {
+            BanSubject::Url => "url".to_string(),
+            BanSubject::Header(h) => format!("header:{h}"),
+        };
+        let (op, v) = match &self.op {
+            BanOp::Equals(v) => ("==", v.as_str()),
+            BanOp::Prefix(v) => ("^=", v.as_str()),
+            BanOp::Regex(r) => ("~", r.as_str()),
+        };
+        format!("{subject} {op} {v}")
+    }
+
+    fn test(&self, s: &str) -> bool {
+        match &self.op {
+            BanOp::Equals(v) => s == v,
+            BanOp::Prefix(v) => s.starts_with(v.as_str()),
+            BanOp::Regex(r) => r.is_match(s),
+        }
+    }
+
+    /// True when the ban covers `obj`.
+    pub fn matches(&self, obj: &Object) -> bool {
+        match &self.subject {
+            BanSubject::Url => self.test(&obj.key),
+            BanSubject::Header(h) => obj
+                .head
+                .headers
+                .get_all(h)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|s| self.test(s))),
+        }
+    }
+}
+
+struct Log {
+    /// The sequence number of `rules[0]`; rules before it are retired.
+    base: u64,
+    rules: VecDeque<Arc<Rule>>,
+}
+
+/// Object id → object, for the objects carrying one tag.
+type Carriers = FastMap<u64, Arc<Object>>;
+
+/// Which objects carry each tag and named cache, and their names.
+struct Members {
+    shards: Vec<Mutex<FastMap<u64, Carriers>>>,
+    names: Mutex<FastMap<u64, Arc<str>>>,
+}
+
+/// The invalidation state of a store: the rule log and the tag index. Shared by the tiers
+/// of one cache (`Arc` it).
+pub struct Invalidations {
+    /// The newest rule's sequence number (0: none yet).
+    last: AtomicU64,
+    log: RwLock<Log>,
+    members: Members,
+    /// Rules retired by sweeps, for the status figures.
+    retired: AtomicU64,
+}
+
+impl std::fmt::Debug for Invalidations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invalidations")
+            .field("last", &self.current())
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl Default for Invalidations {
+    fn default() -> Self {
+        Invalidations::new()
+    }
+}
+
+/// Counts for the status figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InvalidationStats {
+    /// The newest sequence number.
+    pub seq: u64,
+    /// Rules not yet retired.
+    pub pending: u64,
+    /// Of those, bans.
+    pub bans: u64,
+    pub retired: u64,
+    /// Distinct tags and named caches with members.
+    pub tags: u64,
+    /// (object, tag) memberships.
+    pub memberships: u64,
+}
+
+impl Invalidations {
+    pub fn new() -> Invalidations {
+        Invalidations {
+            last: AtomicU64::new(0),
+            log: RwLock::new(Log {
+                base: 1,
+                rules: VecDeque::new(),
+            }),
+            members: Members {
+                shards: (0..MEMBER_SHARDS).map(|_| Mutex::new(fast_map())).collect(),
+                names: Mutex::new(fast_map()),
+            },
+            retired: AtomicU64::new(0),
+        }
+    }
+
+    /// The sequence number to stamp a request sent now with (its response's `born`).
+    pub fn current(&self) -> u64 {
+        self.last.load(Ordering::Acquire)
+    }
+
+    /// Rules not yet retired.
+    pub fn pending(&self) -> u64 {
+        self.log.read().rules.len() as u64
+    }
+
+    /// Records an invalidation; returns its sequence number. Constant time.
+    pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
+        let mut log = self.log.write();
+        let seq = log.base + log.rules.len() as u64;
+        log.rules.push_back(Arc::new(Rule {
+            seq,
+            selector,
+            mode,
+            at,
+        }));
+        // Published under the lock, so a reader that sees `last` finds the rule.
+        self.last.store(seq, Ordering::Release);
+        seq
+    }
+
+    /// Pending rules, oldest first (bans only with `bans_only`), at most `limit`.
+    pub fn rules(&self, bans_only: bool, limit: usize) -> Vec<Arc<Rule>> {
+        self.log
+            .read()
+            .rules
+            .iter()
+            .filter(|r| !bans_only || matches!(r.selector, Selector::Ban(_)))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// `obj`'s standing against every rule made since the request that produced it was
+    /// sent. Costs an atomic load when no rule is newer than what `obj` was last checked
+    /// against; otherwise each newer rule is tested once.
+    pub fn verdict(&self, obj: &Object) -> Verdict {
+        let l = &obj.head.labels;
+        let last = self.last.load(Ordering::Acquire);
+        let seen = l.born.max(l.checked.load(Ordering::Relaxed));
+        if seen < last && self.check(obj, seen) {
+            return Verdict::Dead;
+        }
+        let soft = l.soft.load(Ordering::Relaxed);
+        if soft > l.born {
+            let since =
+                SystemTime::UNIX_EPOCH + Duration::from_millis(l.soft_at.load(Ordering::Relaxed));
+            Verdict::Stale { since }
+        } else {
+            Verdict::Alive
+        }
+    }
+
+    /// Tests `obj` against the rules after `seen`; true when one kills it.
+    fn check(&self, obj: &Object, seen: u64) -> bool {
+        let l = &obj.head.labels;
+        let log = self.log.read();
+        if seen + 1 < log.base {
+            // Rules it was never checked against are retired: it can only be a response to
+            // a request sent before them that took longer than any fetch may.
+            return true;
+        }
+        let from = (seen + 1 - log.base) as usize;
+        let mut upto = seen;
+        let mut key = None;
+        for r in log.rules.range(from..) {
+            upto = r.seq;
+            if !r.selector.matches(obj, &mut key) {
+                continue;
+            }
+            match r.mode {
+                Mode::Hard => return true,
+                Mode::Soft => {
+                    if l.soft.fetch_max(r.seq, Ordering::Relaxed) < r.seq {
+                        let ms =
+                            r.at.duration_since(SystemTime::UNIX_EPOCH)
+                                .unwrap_or_default()
+                                .as_millis() as u64;
+                        l.soft_at.store(ms, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        l.checked.fetch_max(upto, Ordering::Relaxed);
+        false
+    }
+
+    /// A pass over `store`: every object is judged (the dead removed), then rules older
+    /// than `retire_before` that every object has now been checked against are retired.
+    /// Runs off the request path; costs time in proportion to the store.
+    pub fn sweep(&self, store: &dyn Storage, retire_before: SystemTime) -> SweepReport {
+        let upto = self.current();
+        let mut report = SweepReport::default();
+        store.scan(&mut |obj: &Arc<Object>| {
+            report.checked += 1;
+            if self.verdict(obj) == Verdict::Dead && store.remove_object(obj, Removal::Purged) {
+                report.removed += 1;
+            }
+        });
+        if store.scans() {
+            let mut log = self.log.write();
+            while let Some(r) = log.rules.front() {
+                if r.seq > upto || r.at >= retire_before {
+                    break;
+                }
+                log.rules.pop_front();
+                log.base += 1;
+                report.retired += 1;
+            }
+        }
+        self.retired.fetch_add(report.retired, Ordering::Relaxed);
+        report
+    }
+
+    /// `obj` entered the store: index its tags and named cache.
+    pub fn added(&self, obj: &Arc<Object>) {
+        let l = &obj.head.labels;
+        if l.is_empty() {
+            return;
+        }
+        for h in l.tags.iter().chain(l.cache.iter()) {
+            self.members.shards[*h as usize % MEMBER_SHARDS]
+                .lock()
+                .entry(*h)
+                .or_insert_with(fast_map)
+                .insert(obj.id(), Arc::clone(obj));
+        }
+    }
+
+    /// `obj` left the store.
+    pub fn removed(&self, obj: &Object) {
+        let l = &obj.head.labels;
+        if l.is_empty() {
+            return;
+        }
+        for h in l.tags.iter().chain(l.cache.iter()) {
+            let mut shard = self.members.shards[*h as usize % MEMBER_SHARDS].lock();
+            if let Some(m) = shard.get_mut(h) {
+                m.remove(&obj.id());
+                if m.is_empty() {
+                    shard.remove(h);
+                    drop(shard);
+                    self.members.names.lock().remove(h);
+                }
+            }
+        }
+    }
+
+    /// Remembers the name behind a tag or cache hash, for listings.
+    pub fn name(&self, h: u64, name: &str) {
+        self.members
+            .names
+            .lock()
+            .entry(h)
+            .or_insert_with(|| Arc::from(name));
+    }
+
+    /// The name behind a hash, if known.
+    pub fn name_of(&self, h: u64) -> Option<Arc<str>> {
+        self.members.names.lock().get(&h).cloned()
+    }
+
+    /// The objects carrying tag or cache hash `h` (at most `limit`) and how many there are,
+    /// the dead left out.
+    pub fn members(&self, h: u64, limit: usize) -> (u64, Vec<Arc<Object>>) {
+        let all: Vec<Arc<Object>> = self.members.shards[h as usize % MEMBER_SHARDS]
+            .lock()
+            .get(&h)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let live: Vec<Arc<Object>> = all
+            .into_iter()
+            .filter(|o| self.verdict(o) != Verdict::Dead)
+            .collect();
+        let n = live.len() as u64;
+        (n, live.into_iter().take(limit).collect())
+    }
+
+    pub fn stats(&self) -> InvalidationStats {
+        let (pending, bans) = {
+            let log = self.log.read();
+            let bans = log
+                .rules
+                .iter()
+                .filter(|r| matches!(r.selector, Selector::Ban(_)))
+                .count();
+            (log.rules.len() as u64, bans as u64)
+        };
+        let (mut tags, mut memberships) = (0u64, 0u64);
+        for s in &self.members.shards {
+            let s = s.lock();
+            tags += s.len() as u64;
+            memberships += s.values().map(|m| m.len() as u64).sum::<u64>();
+        }
+        InvalidationStats {
+            seq: self.current(),
+            pending,
+            bans,
+            retired: self.retired.load(Ordering::Relaxed),
+            tags,
+            memberships,
+        }
+    }
+}
+
+/// What one [`Invalidations::sweep`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub checked: u64,
+    pub removed: u64,
+    pub retired: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::Body;
+    use crate::object::ObjectHead;
+    use crate::{EvictionKind, MemoryStore};
+    use bytes::Bytes;
+    use http::{HeaderMap, StatusCode};
+
+    fn obj(key: &str, tags: &[&str], born: u64) -> Object {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-kind", "page".parse().unwrap());
+        Object::new(
+            key.into(),
+            String::new(),
+            ObjectHead {
+                status: StatusCode::OK,
+                headers,
+                request_headers: HeaderMap::new(),
+                request_time: SystemTime::UNIX_EPOCH,
+                response_time: SystemTime::UNIX_EPOCH,
+                prepared: Default::default(),
+                labels: Labels::new(tags.iter().map(|t| tag_hash(t)).collect(), None, born),
+            },
+            Body::complete(Bytes::from_static(b"x")),
+        )
+    }
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn a_rule_kills_only_what_it_selects_and_only_older_objects() {
+        let inv = Invalidations::new();
+        let a = obj("http://h/a", &["x"], inv.current());
+        let b = obj("http://h/b", &["y"], inv.current());
+        inv.add(Selector::Tag(tag_hash("x")), Mode::Hard, t(10));
+        assert_eq!(inv.verdict(&a), Verdict::Dead);
+        assert_eq!(inv.verdict(&b), Verdict::Alive);
+        let newer = obj("http://h/a", &["x"], inv.current());
+        assert_eq!(inv.verdict(&newer), Verdict::Alive, "born after the rule");
+    }
+
+    #[test]
+    fn soft_rules_make_stale_until_reborn() {
+        let inv = Invalidations::new();
+        let a = obj("http://h/a", &[], inv.current());
+        inv.add(Selector::Prefix("http://h/".into()), Mode::Soft, t(10));
+        assert_eq!(inv.verdict(&a), Verdict::Stale { since: t(10) });
+        assert_eq!(inv.verdict(&a), Verdict::Stale { since: t(10) }, "kept");
+        let mut fresh = obj("http://h/a", &[], 0);
+        fresh.head.labels = a.head.labels.reborn(inv.current());
+        assert_eq!(inv.verdict(&fresh), Verdict::Alive);
+    }
+
+    #[test]
+    fn bans_match_url_and_headers_and_refuse_bad_patterns() {
+        let inv = Invalidations::new();
+        let a = obj("http://h/img/1.png", &[], 0);
+        let b = obj("http://h/doc", &[], 0);
+        let ban = Ban::parse("url", "~", r"\.png$").unwrap();
+        inv.add(Selector::Ban(Arc::new(ban)), Mode::Hard, t(1));
+        assert_eq!(inv.verdict(&a), Verdict::Dead);
+        assert_eq!(inv.verdict(&b), Verdict::Alive);
+        let hb = Ban::parse("header:X-Kind", "==", "page").unwrap();
+        assert!(hb.matches(&b));
+        assert!(matches!(
+            Ban::parse("url", "~", "(unclosed"),
+            Err(BanError::Regex(_))
+        ));
+        assert!(matches!(
+            Ban::parse("cookie", "~", "x"),
+            Err(BanError::Subject(_))
+        ));
+        assert!(matches!(
+            Ban::parse("url", "=~", "x"),
+            Err(BanError::Operator(_))
+        ));
+    }
+
+    #[test]
+    fn a_checked_object_is_not_tested_again() {
+        let inv = Invalidations::new();
+        let a = obj("http://h/a", &[], 0);
+        for i in 0..1000 {
+            inv.add(
+                Selector::Key(key_hash(&format!("http://h/{i}"))),
+                Mode::Hard,
+                t(1),
+            );
+        }
+        assert_eq!(inv.verdict(&a), Verdict::Alive);
+        assert_eq!(a.head.labels.checked.load(Ordering::Relaxed), inv.current());
+    }
+
+    #[test]
+    fn sweeps_remove_the_dead_and_retire_rules() {
+        let store = MemoryStore::new(1 << 20, 4, 1 << 20, EvictionKind::Lru);
+        let inv = store.invalidations().unwrap().clone();
+        for i in 0..20 {
+            let tag = if i % 2 == 0 { "even" } else { "odd" };
+            store
+                .insert(obj(&format!("http://h/{i}"), &[tag], inv.current()))
+                .unwrap();
+        }
+        assert_eq!(inv.members(tag_hash("even"), 100).0, 10);
+        inv.add(Selector::Tag(tag_hash("even")), Mode::Hard, t(1));
+        assert_eq!(inv.members(tag_hash("even"), 100).0, 0, "dead left out");
+        let r = inv.sweep(&store, t(2));
+        assert_eq!((r.checked, r.removed, r.retired), (20, 10, 1));
+        assert_eq!(store.stats().objects, 10);
+        assert_eq!(inv.stats().memberships, 10);
+        assert_eq!(inv.pending(), 0);
+        // An object sent before the retired rule and never checked is taken as dead.
+        assert_eq!(inv.verdict(&obj("http://h/late", &[], 0)), Verdict::Dead);
+    }
+}
