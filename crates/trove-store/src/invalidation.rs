@@ -317,6 +317,8 @@ pub struct Invalidations {
     members: Members,
     /// Rules retired by sweeps, for the status figures.
     retired: AtomicU64,
+    /// Every stored object has been checked against the rules up to this one.
+    swept: AtomicU64,
 }
 
 impl std::fmt::Debug for Invalidations {
@@ -363,6 +365,7 @@ impl Invalidations {
                 names: Mutex::new(fast_map()),
             },
             retired: AtomicU64::new(0),
+            swept: AtomicU64::new(0),
         }
     }
 
@@ -457,22 +460,31 @@ impl Invalidations {
         false
     }
 
-    /// A pass over `store`: every object is judged (the dead removed), then rules older
-    /// than `retire_before` that every object has now been checked against are retired.
-    /// Runs off the request path; costs time in proportion to the store.
+    /// When rules were made since the last pass, a pass over `store`: every object is
+    /// judged (the dead removed). Then rules older than `retire_before` that every object
+    /// has been checked against are retired. Runs off the request path; a pass costs time
+    /// in proportion to the store.
     pub fn sweep(&self, store: &dyn Storage, retire_before: SystemTime) -> SweepReport {
         let upto = self.current();
         let mut report = SweepReport::default();
-        store.scan(&mut |obj: &Arc<Object>| {
-            report.checked += 1;
-            if self.verdict(obj) == Verdict::Dead && store.remove_object(obj, Removal::Purged) {
-                report.removed += 1;
+        if upto > self.swept.load(Ordering::Acquire) {
+            store.scan(&mut |obj: &Arc<Object>| {
+                report.checked += 1;
+                if self.verdict(obj) == Verdict::Dead && store.remove_object(obj, Removal::Purged) {
+                    report.removed += 1;
+                }
+            });
+            if store.scans() {
+                self.swept.fetch_max(upto, Ordering::AcqRel);
             }
-        });
-        if store.scans() {
+        }
+        // Objects stored after the pass were checked as they entered (the fill's check after
+        // its insert) or are younger than these rules.
+        let swept = self.swept.load(Ordering::Acquire);
+        {
             let mut log = self.log.write();
             while let Some(r) = log.rules.front() {
-                if r.seq > upto || r.at >= retire_before {
+                if r.seq > swept || r.at >= retire_before {
                     break;
                 }
                 log.rules.pop_front();
