@@ -207,8 +207,9 @@ fn check_tag(settings: &TagSettings, t: &str) -> Result<(), ManageError> {
     Ok(())
 }
 
-/// The labels for an object of `url` with `tags`, stamped `born`; names are remembered
-/// for listings.
+/// The labels for an object of `url` with `tags`, stamped `born` (its named cache: `cache`,
+/// else the one the config gives its URL). Tag names are remembered for listings by
+/// [`remember_tags`] once the object is stored.
 pub fn labels(
     shared: &Shared,
     url: &Target,
@@ -217,20 +218,22 @@ pub fn labels(
     born: u64,
 ) -> Labels {
     let inv = invalidations(shared);
-    let hashes = tags
-        .iter()
-        .map(|t| {
-            let h = tag_hash(t);
-            inv.name(h, t);
-            h
-        })
-        .collect();
+    let hashes = tags.iter().map(|t| tag_hash(t)).collect();
     let cache = cache.or_else(|| shared.named_caches.select(url)).map(|n| {
         let h = cache_hash(n);
         inv.name(h, n);
         h
     });
     Labels::new(hashes, cache, born)
+}
+
+/// Remembers the names of a stored object's tags, for listings (forgotten when the last
+/// object carrying one leaves).
+pub fn remember_tags(shared: &Shared, tags: &[String]) {
+    let inv = invalidations(shared);
+    for t in tags {
+        inv.name(tag_hash(t), t);
+    }
 }
 
 /// The store's invalidation state (the memory tier always keeps one).
@@ -437,13 +440,16 @@ pub fn put(shared: &Shared, put: Put, now: SystemTime) -> Result<api::Ack, Manag
     trove_cache::prepare::prepare(shared.policy(ListenerMode::Reverse), &mut head);
     let obj = Object::new(key.clone(), String::new(), head, Body::complete(put.body));
     match shared.store.insert(obj) {
-        Ok(_) => Ok(api::Ack {
-            seq,
-            kind: "put".into(),
-            mode: api::Mode::Hard,
-            removed: None,
-            key: Some(key),
-        }),
+        Ok(_) => {
+            remember_tags(shared, &put.tags);
+            Ok(api::Ack {
+                seq,
+                kind: "put".into(),
+                mode: api::Mode::Hard,
+                removed: None,
+                key: Some(key),
+            })
+        }
         Err(Refused::TooLarge) => Err(ManageError::TooLarge(max)),
         Err(Refused::NotAdmitted) => {
             Err(ManageError::BadRequest("the store did not admit it".into()))

@@ -138,7 +138,12 @@ fn is_dead(shared: &Shared, obj: &Object) -> bool {
 
 /// The labels of a response about to be stored: the tags its origin gave (the tag fields
 /// removed from `headers` when `[tags] strip` says so), its named cache, and `born`.
-fn origin_labels(shared: &Shared, target: &Target, headers: &mut HeaderMap, born: u64) -> Labels {
+fn origin_labels(
+    shared: &Shared,
+    target: &Target,
+    headers: &mut HeaderMap,
+    born: u64,
+) -> (Labels, Vec<String>) {
     let tags = crate::manage::origin_tags(&shared.settings.tags, headers);
     if tags.dropped > 0 {
         shared
@@ -151,7 +156,8 @@ fn origin_labels(shared: &Shared, target: &Target, headers: &mut HeaderMap, born
             "tags past [tags] max_length or max_per_object dropped"
         );
     }
-    crate::manage::labels(shared, &target.url, &tags.tags, None, born)
+    let labels = crate::manage::labels(shared, &target.url, &tags.tags, None, born);
+    (labels, tags.tags)
 }
 
 /// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
@@ -420,7 +426,7 @@ fn from_origin(
     let peer = Some(resp.upstream.authority());
     let mut headers =
         respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
-    let labels = origin_labels(shared, cx.target, &mut headers, born);
+    let (labels, tags) = origin_labels(shared, cx.target, &mut headers, born);
     let head = response_head(&resp, &headers);
     if cx.req.method == Method::HEAD {
         // RFC 9111 §4.3.5: a HEAD response freshens the stored GET responses it selects. Its
@@ -455,6 +461,7 @@ fn from_origin(
                 if is_dead(shared, &obj) {
                     shared.store.remove_object(&obj, Removal::Purged);
                 }
+                crate::manage::remember_tags(shared, &tags);
                 shared.memo.lock().forget(cx.key());
                 // The leader's reader exists before the fill starts, so the fill never runs
                 // ahead of it as if nobody were reading.
@@ -701,7 +708,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
         let rules = shared.rules(mode);
         let mut headers =
             respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
-        let labels = origin_labels(&shared, &target, &mut headers, born);
+        let (labels, tags) = origin_labels(&shared, &target, &mut headers, born);
         let head = response_head(&resp, &headers);
         if resp.status == StatusCode::NOT_MODIFIED {
             // Not if the object was invalidated since the request went out.
@@ -724,6 +731,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                     if is_dead(&shared, &obj) {
                         shared.store.remove_object(&obj, Removal::Purged);
                     }
+                    crate::manage::remember_tags(&shared, &tags);
                     fetch::spawn_fill(&shared, resp, obj)
                 }
                 Err(_) => fetch::discard(resp).await,
