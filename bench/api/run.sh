@@ -16,6 +16,8 @@ TARGET=${CARGO_TARGET_DIR:-$HERE/../../target}/release
 TROVE=$TARGET/trove
 BENCH=$TARGET/examples/api_bench
 RUN=$(mktemp -d /tmp/trove-api-bench.XXXXXX)
+chmod 755 "$RUN"            # the origin (nginx, as nobody) reads its docroot in here
+SECTIONS=${SECTIONS:-123}   # which of 1, 2, 3 to run
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -52,7 +54,7 @@ for p in 18180 18190 18191 18192 18193 18194 18196; do wait_port $p; done
 for p in 18190 18192 18194 18196; do curl -s -o /dev/null "http://127.0.0.1:$p/1k.bin"; curl -s -o /dev/null "http://127.0.0.1:$p/1k.bin"; done
 
 echo "== 1. API calls per second (one client, sequential calls, 3 s each)"
-for r in $(seq "$ROUNDS"); do
+[[ $SECTIONS == *1* ]] && for r in $(seq "$ROUNDS"); do
     for ep in 127.0.0.1:18191 "unix:$RUN/a.sock"; do
         for op in put get; do
             for reuse in keep new; do
@@ -63,6 +65,7 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 
+if [[ $SECTIONS == *2* ]]; then
 echo "== 2. hits with and without 10,000 pending bans"
 taskset -c 0 "$BENCH" 127.0.0.1:18193 bench-token bans 10000
 { for i in $(seq 0 9999); do echo "ban req.url ~ ^/nomatch/$i/"; done; } \
@@ -79,7 +82,9 @@ for r in $(seq "$ROUNDS"); do
     done
 done
 echo "trove b pending bans: $(taskset -c 0 "$TROVE" stats --api 127.0.0.1:18193 --token bench-token | grep pending_bans)"
+fi
 
+[[ $SECTIONS == *3* ]] || exit 0
 echo "== 3. a tag invalidation covering 1,000,000 objects"
 taskset -c 0 "$BENCH" 127.0.0.1:18191 bench-token fill 1000000 4
 "$TROVE" stats --api 127.0.0.1:18191 --token bench-token | grep -E '"objects"|memberships'

@@ -311,7 +311,9 @@ async fn read_put(
     }
     manage::key_of(url)?;
     let max = api.max_body.min(api.shared.store.max_object());
-    let body = read_body(req, max).await?;
+    // A copy of its own: the bytes hyper read share a buffer (kilobytes) with whatever else
+    // arrived with them, and the store would keep all of it alive for a one-byte body.
+    let body = Bytes::copy_from_slice(&read_body(req, max).await?);
     Ok(manage::Put {
         url: url.to_string(),
         status: status.min(u16::MAX as u64) as u16,

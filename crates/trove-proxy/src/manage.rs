@@ -626,7 +626,7 @@ pub fn bans(shared: &Shared, limit: usize) -> Vec<api::Ban> {
 
 /// Applies the rules to the store in the background, every `every`, while any are
 /// pending: the dead are removed (their memory returns) and rules older than every fetch
-/// that may still be arriving are retired. Off the request path (a blocking thread).
+/// that may still be arriving are retired. Off the request path (a thread of its own).
 pub fn spawn_sweeper(shared: &Arc<Shared>, every: Duration) {
     let shared = Arc::downgrade(shared);
     tokio::spawn(async move {
@@ -647,13 +647,16 @@ pub fn spawn_sweeper(shared: &Arc<Shared>, every: Duration) {
             let keep = (t.origin_response + t.connect) * 2;
             let store = Arc::clone(&s.store);
             drop(s);
-            let _ = tokio::task::spawn_blocking(move || {
+            // A thread of its own, not the runtime's blocking pool: shutting down never
+            // waits for a pass over a large store.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
                 let before = SystemTime::now()
                     .checked_sub(keep)
                     .unwrap_or(SystemTime::UNIX_EPOCH);
-                inv.sweep(&*store, before)
-            })
-            .await;
+                let _ = tx.send(inv.sweep(&*store, before));
+            });
+            let _ = rx.await;
         }
     });
 }

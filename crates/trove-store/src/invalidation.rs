@@ -294,9 +294,25 @@ impl Ban {
 }
 
 struct Log {
-    /// The sequence number of `rules[0]`; rules before it are retired.
-    base: u64,
+    /// The next sequence number.
+    next: u64,
+    /// The newest retired rule: an object never checked against rules this old is dead.
+    floor: u64,
+    /// Tag, prefix and ban rules, in sequence order.
     rules: VecDeque<Arc<Rule>>,
+    /// URL rules by key hash, the newest per key and mode: a lookup probes this once
+    /// instead of walking every purged URL (puts and PURGEs make many).
+    keys: FastMap<u64, KeyMarks>,
+}
+
+/// The newest URL rules for one key.
+#[derive(Debug, Clone, Copy)]
+struct KeyMarks {
+    hard: u64,
+    soft: u64,
+    soft_at: SystemTime,
+    /// When the newest of them was made (it is retired after that).
+    at: SystemTime,
 }
 
 /// Object id → object, for the objects carrying one tag.
@@ -357,8 +373,10 @@ impl Invalidations {
         Invalidations {
             last: AtomicU64::new(0),
             log: RwLock::new(Log {
-                base: 1,
+                next: 1,
+                floor: 0,
                 rules: VecDeque::new(),
+                keys: fast_map(),
             }),
             members: Members {
                 shards: (0..MEMBER_SHARDS).map(|_| Mutex::new(fast_map())).collect(),
@@ -376,19 +394,38 @@ impl Invalidations {
 
     /// Rules not yet retired.
     pub fn pending(&self) -> u64 {
-        self.log.read().rules.len() as u64
+        let log = self.log.read();
+        (log.rules.len() + log.keys.len()) as u64
     }
 
     /// Records an invalidation; returns its sequence number. Constant time.
     pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let mut log = self.log.write();
-        let seq = log.base + log.rules.len() as u64;
-        log.rules.push_back(Arc::new(Rule {
-            seq,
-            selector,
-            mode,
-            at,
-        }));
+        let seq = log.next;
+        log.next += 1;
+        if let Selector::Key(h) = selector {
+            let m = log.keys.entry(h).or_insert(KeyMarks {
+                hard: 0,
+                soft: 0,
+                soft_at: at,
+                at,
+            });
+            match mode {
+                Mode::Hard => m.hard = seq,
+                Mode::Soft => {
+                    m.soft = seq;
+                    m.soft_at = at;
+                }
+            }
+            m.at = at;
+        } else {
+            log.rules.push_back(Arc::new(Rule {
+                seq,
+                selector,
+                mode,
+                at,
+            }));
+        }
         // Published under the lock, so a reader that sees `last` finds the rule.
         self.last.store(seq, Ordering::Release);
         seq
@@ -430,33 +467,44 @@ impl Invalidations {
     fn check(&self, obj: &Object, seen: u64) -> bool {
         let l = &obj.head.labels;
         let log = self.log.read();
-        if seen + 1 < log.base {
+        if seen < log.floor {
             // Rules it was never checked against are retired: it can only be a response to
             // a request sent before them that took longer than any fetch may.
             return true;
         }
-        let from = (seen + 1 - log.base) as usize;
-        let mut upto = seen;
+        let soft = |seq: u64, at: SystemTime| {
+            if l.soft.fetch_max(seq, Ordering::Relaxed) < seq {
+                let ms = at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis() as u64;
+                l.soft_at.store(ms, Ordering::Relaxed);
+            }
+        };
         let mut key = None;
+        if !log.keys.is_empty() {
+            let h = *key.get_or_insert_with(|| key_hash(&obj.key));
+            if let Some(m) = log.keys.get(&h) {
+                if m.hard > seen {
+                    return true;
+                }
+                if m.soft > seen {
+                    soft(m.soft, m.soft_at);
+                }
+            }
+        }
+        let from = log.rules.partition_point(|r| r.seq <= seen);
         for r in log.rules.range(from..) {
-            upto = r.seq;
             if !r.selector.matches(obj, &mut key) {
                 continue;
             }
             match r.mode {
                 Mode::Hard => return true,
-                Mode::Soft => {
-                    if l.soft.fetch_max(r.seq, Ordering::Relaxed) < r.seq {
-                        let ms =
-                            r.at.duration_since(SystemTime::UNIX_EPOCH)
-                                .unwrap_or_default()
-                                .as_millis() as u64;
-                        l.soft_at.store(ms, Ordering::Relaxed);
-                    }
-                }
+                Mode::Soft => soft(r.seq, r.at),
             }
         }
-        l.checked.fetch_max(upto, Ordering::Relaxed);
+        // Every rule made so far is in `log` (rules are added under its lock).
+        l.checked.fetch_max(log.next - 1, Ordering::Relaxed);
         false
     }
 
@@ -483,14 +531,26 @@ impl Invalidations {
         let swept = self.swept.load(Ordering::Acquire);
         {
             let mut log = self.log.write();
+            let mut floor = log.floor;
             while let Some(r) = log.rules.front() {
                 if r.seq > swept || r.at >= retire_before {
                     break;
                 }
+                floor = floor.max(r.seq);
                 log.rules.pop_front();
-                log.base += 1;
                 report.retired += 1;
             }
+            let before = log.keys.len();
+            log.keys.retain(|_, m| {
+                let newest = m.hard.max(m.soft);
+                let keep = newest > swept || m.at >= retire_before;
+                if !keep {
+                    floor = floor.max(newest);
+                }
+                keep
+            });
+            report.retired += (before - log.keys.len()) as u64;
+            log.floor = floor;
         }
         self.retired.fetch_add(report.retired, Ordering::Relaxed);
         report
@@ -568,7 +628,7 @@ impl Invalidations {
                 .iter()
                 .filter(|r| matches!(r.selector, Selector::Ban(_)))
                 .count();
-            (log.rules.len() as u64, bans as u64)
+            ((log.rules.len() + log.keys.len()) as u64, bans as u64)
         };
         let (mut tags, mut memberships) = (0u64, 0u64);
         for s in &self.members.shards {
