@@ -74,6 +74,10 @@ impl ShedReason {
 /// What went wrong talking to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OriginFailure {
+    /// The origin's name did not resolve (RFC 9209 `dns_error`).
+    DnsError,
+    /// The name servers did not answer in time (RFC 9209 `dns_timeout`).
+    DnsTimeout,
     ConnectionRefused,
     ConnectionTimeout,
     /// Not sent: the request was shed (answered 503 at once) to keep the origin's queue
@@ -90,6 +94,8 @@ pub enum OriginFailure {
 impl OriginFailure {
     pub fn as_str(self) -> &'static str {
         match self {
+            OriginFailure::DnsError => "dns-error",
+            OriginFailure::DnsTimeout => "dns-timeout",
             OriginFailure::ConnectionRefused => "connection-refused",
             OriginFailure::ConnectionTimeout => "connection-timeout",
             OriginFailure::Overloaded(why) => why.as_str(),

@@ -54,6 +54,9 @@ pub mod names {
     pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
     /// Names the resolver's cache holds.
     pub const RESOLVER_NAMES: &str = "trove_resolver_names";
+    /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
+    /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
+    pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -133,6 +136,8 @@ pub struct Metrics {
     /// Readers detached from a body that left the store, by what became of them (as
     /// `Detached::ALL`).
     pub detached: [AtomicU64; Detached::ALL.len()],
+    /// Origin failures by upstream and reason (`origin::failures`).
+    pub origin_failures: crate::origin::failures::UpstreamFailures,
 }
 
 /// Store figures, read when rendering.
@@ -394,6 +399,18 @@ impl Metrics {
             "# HELP {name} Names held by the resolver's cache.\n# TYPE {name} gauge\n{name} {}",
             store.resolver.names
         );
+        let name = names::ORIGIN_FAILURES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Failed origin requests, by upstream and reason.\n# TYPE {name} counter"
+        );
+        for (upstream, reason, n) in self.origin_failures.counts() {
+            let upstream = upstream.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "{name}{{upstream=\"{upstream}\",reason=\"{reason}\"}} {n}"
+            );
+        }
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(
             out,

@@ -9,11 +9,13 @@
 
 mod abandon;
 mod error;
+pub mod failures;
 mod fetch;
 mod pool;
 mod request_body;
 
 pub use abandon::abandon;
+pub use error::Failed;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
 pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};
