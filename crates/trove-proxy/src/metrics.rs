@@ -60,7 +60,7 @@ pub mod names {
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
-const BUCKETS: [f64; 16] = [
+pub const BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,
 ];
@@ -84,6 +84,18 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Counts per bucket (not cumulative), and past the last bucket at the end.
+    pub fn snapshot(&self) -> [u64; BUCKETS.len() + 1] {
+        let mut out = [0; BUCKETS.len() + 1];
+        let mut sum = 0;
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            *o = b.load(Ordering::Relaxed);
+            sum += *o;
+        }
+        out[BUCKETS.len()] = self.count.load(Ordering::Relaxed).saturating_sub(sum);
+        out
+    }
+
     fn render(&self, out: &mut String, name: &str, label: &str) {
         let mut cum = 0;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -103,6 +115,8 @@ impl Histogram {
 pub struct Metrics {
     pub by_outcome: [AtomicU64; Outcome::ALL.len()],
     pub bytes_to_clients: AtomicU64,
+    /// Of those, bytes of cacheable traffic (`Outcome::is_cacheable_traffic`).
+    pub bytes_cacheable: AtomicU64,
     pub bytes_from_cache: AtomicU64,
     pub bytes_from_origins: AtomicU64,
     pub hit_time: Histogram,
@@ -154,6 +168,30 @@ pub struct StoreFigures {
     pub resolver: resolver::Stats,
 }
 
+/// The `q` quantile (0–1) of a [`Histogram::snapshot`] (or a difference of two), in seconds:
+/// interpolated linearly inside its bucket, as Prometheus' `histogram_quantile` does. `None`
+/// with no observations; past the last bucket, its bound.
+pub fn quantile(counts: &[u64; BUCKETS.len() + 1], q: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = 0u64;
+    for (i, n) in counts.iter().enumerate() {
+        if *n > 0 && (below + n) as f64 >= rank {
+            let Some(upper) = BUCKETS.get(i) else {
+                return BUCKETS.last().copied();
+            };
+            let lower = if i == 0 { 0.0 } else { BUCKETS[i - 1] };
+            let within = (rank - below as f64) / *n as f64;
+            return Some(lower + (upper - lower) * within);
+        }
+        below += n;
+    }
+    BUCKETS.last().copied()
+}
+
 fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -163,6 +201,9 @@ impl Metrics {
     pub fn record(&self, outcome: Outcome, elapsed: Duration, sent: u64) {
         inc(&self.by_outcome[outcome.index()]);
         self.bytes_to_clients.fetch_add(sent, Ordering::Relaxed);
+        if outcome.is_cacheable_traffic() {
+            self.bytes_cacheable.fetch_add(sent, Ordering::Relaxed);
+        }
         if outcome.is_hit() {
             self.bytes_from_cache.fetch_add(sent, Ordering::Relaxed);
             self.hit_time.observe(elapsed);

@@ -21,6 +21,7 @@ use crate::origin::{Pool, PoolLimits, Reachability};
 use crate::resolver::Resolver;
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
+use crate::status::history::History;
 
 /// Shared state of one running proxy.
 pub struct Shared {
@@ -60,6 +61,8 @@ pub struct Shared {
     pub lifecycle: Arc<Lifecycle>,
     /// The generation a reload made after this one (see [`crate::lifecycle`]).
     pub successor: Successor,
+    /// The last minutes of the counters, for the status page (shared by every generation).
+    pub history: Arc<History>,
 }
 
 impl Shared {
@@ -88,6 +91,14 @@ impl Shared {
         let metrics = match prev {
             Some(p) => Arc::clone(&p.metrics),
             None => Arc::new(Metrics::default()),
+        };
+        let history = match prev {
+            Some(p) => Arc::clone(&p.history),
+            None => {
+                let h = Arc::new(History::default());
+                History::start_sampling(&h, &metrics);
+                h
+            }
         };
         let a = &settings.access;
         let own = listening
@@ -228,6 +239,7 @@ impl Shared {
             freed: prev.map_or_else(Arc::default, |p| Arc::clone(&p.freed)),
             lifecycle: prev.map_or_else(Arc::default, |p| Arc::clone(&p.lifecycle)),
             successor: Successor::default(),
+            history,
         })
     }
 

@@ -597,6 +597,26 @@ fn a_failing_upstream_is_named_everywhere_an_operator_looks() {
         "rate-limited: {:?}",
         t.lines()
     );
+    // The status page shows it failing, with why, among the rest of what an operator reads.
+    let (_, page) = Client::connect(&admin).get("admin", "/").unwrap();
+    for want in [
+        "<h1>trove ",
+        "Up ",
+        "Requests per second",
+        "<svg",
+        "Response time",
+        "memory",
+        &dead,
+        "failing",
+        "connection-refused",
+        "TCP_MISS",
+        "nothing usable stored",
+    ] {
+        assert!(
+            page.contains(want),
+            "{want:?} missing from the status page:\n{page}"
+        );
+    }
     let (_, metrics) = Client::connect(&admin).get("admin", "/metrics").unwrap();
     let want = format!(
         "trove_origin_failures_total{{upstream=\"{dead}\",reason=\"connection-refused\"}} 3"

@@ -107,12 +107,12 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         if !matches!(f.error, OriginError::Shed(_) | OriginError::Refused(_)) {
             shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
             if let Some(up) = &f.upstream {
-                shared
-                    .metrics
-                    .origin_failures
-                    .record(&up.authority(), &f.error);
+                shared.metrics.origin_failures.record(up, &f.error);
             }
         }
+    }
+    if let Ok(resp) = &result {
+        shared.metrics.origin_failures.record_ok(&resp.upstream);
     }
     result
 }

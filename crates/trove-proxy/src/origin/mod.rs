@@ -17,5 +17,5 @@ mod request_body;
 pub use abandon::abandon;
 pub use error::Failed;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
-pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};
+pub use pool::{OriginView, Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};

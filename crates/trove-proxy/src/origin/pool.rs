@@ -235,7 +235,39 @@ pub struct PoolLimits {
     pub max_queue_wait: Duration,
 }
 
+/// One origin as the status page shows it.
+#[derive(Debug, Clone)]
+pub struct OriginView {
+    /// `host:port`.
+    pub upstream: String,
+    /// Connections open to it, busy and idle.
+    pub open: usize,
+    /// Requests waiting for a connection to it.
+    pub waiting: usize,
+    /// Mean time a connection is held per exchange; zero until measured.
+    pub mean_exchange: Duration,
+}
+
 impl Pool {
+    /// Every origin the pool has a queue for (those used lately), by name.
+    pub fn origins(&self) -> Vec<OriginView> {
+        let mut out: Vec<OriginView> = self
+            .queues
+            .lock()
+            .iter()
+            .map(|(u, q)| OriginView {
+                upstream: u.authority(),
+                open: self
+                    .max_per_origin
+                    .saturating_sub(q.slots.available_permits()),
+                waiting: q.waiting.load(Ordering::Relaxed),
+                mean_exchange: Duration::from_micros(q.held_us.load(Ordering::Relaxed)),
+            })
+            .collect();
+        out.sort_by(|a, b| a.upstream.cmp(&b.upstream));
+        out
+    }
+
     /// What this pool was built with.
     pub fn limits(&self) -> PoolLimits {
         PoolLimits {
