@@ -98,6 +98,19 @@ impl OriginFailure {
             OriginFailure::ProtocolError => "http-protocol-error",
         }
     }
+
+    /// Whether the origin could not be reached at all: refused, reset or closed, or silent
+    /// past a timeout (RFC 9111 §4.2.4's disconnected cache). A shed request never went
+    /// out, and an origin speaking broken HTTP was reached: neither counts.
+    pub fn is_disconnected(self) -> bool {
+        matches!(
+            self,
+            OriginFailure::ConnectionRefused
+                | OriginFailure::ConnectionTimeout
+                | OriginFailure::Timeout
+                | OriginFailure::ConnectionClosed
+        )
+    }
 }
 
 /// The `detail` member: one reason, named once.
@@ -107,6 +120,9 @@ pub enum Detail {
     Stale(StaleReason),
     /// A stale response served because the origin failed (RFC 5861 §4).
     StaleIfError,
+    /// A stale response served because the origin could not be reached (RFC 9111
+    /// §4.2.4), within `[cache] max_stale`.
+    StaleDisconnected,
     /// The origin's response could not be stored, and why.
     NotStorable(NotStorable),
     /// Larger than the store's object size limit.
@@ -128,6 +144,7 @@ impl Detail {
         match self {
             Detail::Stale(r) => r.as_str(),
             Detail::StaleIfError => "stale-if-error",
+            Detail::StaleDisconnected => "stale-disconnected",
             Detail::NotStorable(n) => n.as_str(),
             Detail::TooLarge => "too-large",
             Detail::NotAdmitted => "not-admitted",
@@ -135,6 +152,37 @@ impl Detail {
             Detail::RequestCookie => "request-cookie",
             Detail::Origin(f) => f.as_str(),
             Detail::OnlyIfCached => "only-if-cached",
+        }
+    }
+}
+
+/// Why a stale stored response was served, for the metrics (one counter each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StaleServed {
+    /// The client allowed it (`max-stale`).
+    MaxStale,
+    /// Within `stale-while-revalidate`, refreshed behind it.
+    StaleWhileRevalidate,
+    /// The origin answered with a server error or failed (`stale-if-error`).
+    StaleIfError,
+    /// The origin could not be reached (RFC 9111 §4.2.4, `[cache] max_stale`).
+    Disconnected,
+}
+
+impl StaleServed {
+    pub const ALL: [StaleServed; 4] = [
+        StaleServed::MaxStale,
+        StaleServed::StaleWhileRevalidate,
+        StaleServed::StaleIfError,
+        StaleServed::Disconnected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StaleServed::MaxStale => "max-stale",
+            StaleServed::StaleWhileRevalidate => "stale-while-revalidate",
+            StaleServed::StaleIfError => "stale-if-error",
+            StaleServed::Disconnected => "disconnected",
         }
     }
 }
@@ -181,6 +229,22 @@ impl CacheStatus {
     pub fn with_fwd_status(mut self, status: u16) -> CacheStatus {
         self.fwd_status = Some(status);
         self
+    }
+
+    /// Whether (and why) this member says a stale response was served.
+    pub fn stale_served(&self) -> Option<StaleServed> {
+        if !self.hit {
+            return None;
+        }
+        match self.detail? {
+            Detail::Stale(StaleReason::MaxStale) => Some(StaleServed::MaxStale),
+            Detail::Stale(StaleReason::StaleWhileRevalidate) => {
+                Some(StaleServed::StaleWhileRevalidate)
+            }
+            Detail::StaleIfError => Some(StaleServed::StaleIfError),
+            Detail::StaleDisconnected => Some(StaleServed::Disconnected),
+            _ => None,
+        }
     }
 
     /// The member as text: `trove; hit`, `trove; fwd=uri-miss; fwd-status=200; stored` …

@@ -58,7 +58,10 @@ pub use key::cache_key;
 pub use policy::{effective_response_cc, Policy, CDN_CACHE_CONTROL, TROVE_CACHE_CONTROL};
 pub use preconditions::{not_modified_headers, Precondition};
 pub use range::{content_range, ByteRange, PartialContent, RangeOutcome};
-pub use reuse::{reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse, ValidateReason};
+pub use reuse::{
+    disconnected_allows, reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse,
+    ValidateReason,
+};
 pub use storable::{storability, NotStorable};
 pub use target::{Target, TargetError};
 pub use validation::{conditional_headers, freshen_headers, selects};

