@@ -19,8 +19,8 @@
 //! `http` supplies the vocabulary types (`Method`, `StatusCode`, `HeaderMap`,
 //! `HeaderName`, `HeaderValue`, `Uri`) that hyper and the proxy already use,
 //! so the proxy passes its own values in without conversion. `httpdate`
-//! parses all three HTTP-date formats recipients must accept (RFC 9110
-//! §5.6.7) with no further dependencies. Everything else (Cache-Control and
+//! formats HTTP-dates with no further dependencies; reading them is done here
+//! ([`date`]), since the RFC asks for more leniency than `httpdate` gives. Everything else (Cache-Control and
 //! Structured Field parsing, entity tags, ranges, URI keys) is small enough
 //! to write here against the RFC text.
 //!
@@ -36,6 +36,7 @@
 pub mod cache_control;
 pub mod connection;
 pub mod content_length;
+pub mod date;
 pub mod etag;
 pub mod field;
 pub mod freshness;

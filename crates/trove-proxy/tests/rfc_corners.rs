@@ -200,3 +200,63 @@ async fn disconnected_stale_stops_at_max_stale() {
     kit::get(&trove, "/", &[]).await;
     assert_eq!(kit::get(&trove, "/", &[]).await.status, 504);
 }
+
+/// Two requests for `path` through a fresh trove in front of an origin answering `headers`:
+/// the second one's result code.
+async fn second_result(headers: &'static [(&'static str, &'static str)]) -> (String, usize) {
+    let origin = Origin::start(move |_, _| respond(200, headers, b"body")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    kit::get(&trove, "/", &[]).await;
+    (trove.result(1).await, origin.hits())
+}
+
+#[tokio::test]
+async fn expires_in_every_date_form_is_read_leniently_9110_5_6_7() {
+    // 1 January 2091 is a Monday; the weekday is wrong on purpose.
+    for expires in [
+        "Fri, 01 Jan 2091 00:00:00 GMT",
+        "fri, 01 jan 2091 00:00:00 gmt",
+        "Fri, 1 Jan 2091 00:00:00 GMT",
+        "Friday, 01-Jan-2091 00:00:00 GMT",
+        "Fri Jan 1 00:00:00 2091",
+        "mon jan  1 00:00:00 2091",
+    ] {
+        let origin = Origin::start(move |_, _| respond(200, &[("expires", expires)], b"x")).await;
+        let trove = Trove::reverse(&origin, |_| {}).await;
+        kit::get(&trove, "/", &[]).await;
+        kit::get(&trove, "/", &[]).await;
+        assert_eq!(trove.result(1).await, "TCP_MEM_HIT/200", "{expires}");
+        assert_eq!(origin.hits(), 1, "{expires}");
+    }
+}
+
+#[tokio::test]
+async fn last_modified_in_rfc_850_form_gives_heuristic_freshness_9110_5_6_7() {
+    // A lowercase RFC 850 date with the wrong weekday (6 November 1994 was a Sunday).
+    let (result, hits) =
+        second_result(&[("last-modified", "monday, 06-nov-94 08:49:37 gmt")]).await;
+    assert_eq!((result.as_str(), hits), ("TCP_MEM_HIT/200", 1));
+}
+
+#[tokio::test]
+async fn if_modified_since_in_asctime_with_a_single_digit_day_9110_5_6_7() {
+    let origin = Origin::start(|_, _| {
+        respond(
+            200,
+            &[
+                ("cache-control", "max-age=600"),
+                ("last-modified", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ],
+            b"body",
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    for ims in ["Sun Nov 6 08:49:37 1994", "sunday, 06-nov-94 08:49:37 GMT"] {
+        let r = kit::get(&trove, "/", &[("if-modified-since", ims)]).await;
+        assert_eq!(r.status, 304, "{ims}");
+    }
+    assert_eq!(origin.hits(), 1);
+}
