@@ -156,12 +156,23 @@ impl Engine {
                 for k in keys {
                     self.store.remove(&k, Removal::Invalidated);
                 }
-                served(
-                    Outcome::Miss,
-                    ans.status,
-                    CacheStatus::forward(Fwd::Method).with_fwd_status(ans.status.as_u16()),
-                    steps,
-                )
+                let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
+                let head = response_head(&ans, &headers, r.now);
+                let max = self.store.max_object();
+                let status = match respond::after_pass(r.core(), r.key, &head, self.rules(), max) {
+                    OnResponse::Store { object, status, .. } => {
+                        match self.store_whole(*object, &ans) {
+                            Ok(_) => {
+                                steps.push(Step::Store);
+                                self.memo.forget(r.key);
+                                status
+                            }
+                            Err(why) => respond::refused(status, why),
+                        }
+                    }
+                    OnResponse::Pass { status, .. } => status,
+                };
+                served(Outcome::Miss, ans.status, status, steps)
             }
         }
     }

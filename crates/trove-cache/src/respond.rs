@@ -181,6 +181,48 @@ pub fn after_fetch(
     }
 }
 
+/// The response to a request the cache passed on (an unsafe method, after its
+/// [`invalidations`]): stored as the target's GET response when it may be — a POST's answer
+/// with explicit freshness whose `Content-Location` is the target itself (RFC 9110 §9.3.3,
+/// RFC 9111 §4), which a later GET may then reuse — else sent on.
+pub fn after_pass(
+    req: Request<'_>,
+    key: &str,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    max_object: u64,
+) -> OnResponse {
+    let status = CacheStatus::forward(Fwd::Method).with_fwd_status(resp.status.as_u16());
+    let pass = OnResponse::Pass {
+        status,
+        remember: false,
+    };
+    if *req.method != Method::POST {
+        return pass;
+    }
+    let Ok(target) = trove_http::Target::parse(key) else {
+        return pass;
+    };
+    let reusable = trove_http::post_reusable_for_get(
+        rules.policy,
+        &target,
+        req.headers,
+        resp.status,
+        resp.headers,
+    );
+    if reusable.is_err() {
+        return pass;
+    }
+    let as_get = Request::new(&Method::GET, req.headers);
+    match after_fetch(as_get, key, resp, rules, Fwd::Method, max_object) {
+        store @ OnResponse::Store { .. } => store,
+        OnResponse::Pass { status, .. } => OnResponse::Pass {
+            status,
+            remember: false,
+        },
+    }
+}
+
 /// The store refused an object [`after_fetch`] wanted stored: it is passed instead.
 pub fn refused(status: CacheStatus, why: Refused) -> CacheStatus {
     CacheStatus {

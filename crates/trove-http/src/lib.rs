@@ -63,7 +63,7 @@ pub use reuse::{
     disconnected_allows, reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse,
     ValidateReason,
 };
-pub use storable::{storability, NotStorable};
+pub use storable::{post_reusable_for_get, storability, NotStorable};
 pub use target::{Target, TargetError};
 pub use validation::{conditional_headers, freshen_headers, selects};
 pub use vary::{variant_key, vary_matches, Vary};

@@ -99,6 +99,10 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         // Ranges answered from a stored response: 206, and 416 past its end.
         step("GET", "/a", &[("range", "bytes=0-0")]),
         step("GET", "/a", &[("range", "bytes=100-200")]),
+        // A POST answered with its own target as Content-Location is stored for GETs
+        // (RFC 9110 §9.3.3).
+        step("POST", "/n", &[]),
+        step("GET", "/n", &[]),
     ];
     let answers = vec![
         ok(&[("cache-control", "max-age=60"), ("etag", "\"a1\"")], "a1"),
@@ -156,6 +160,10 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
                 ("content-length", "2"),
             ],
             "",
+        ),
+        ok(
+            &[("cache-control", "max-age=60"), ("content-location", "/n")],
+            "n-posted",
         ),
     ];
     (steps, answers)
@@ -322,6 +330,8 @@ async fn the_core_alone_and_trove_serve_agree_step_by_step() {
             "TCP_MEM_HIT/200",
             "TCP_MEM_HIT/206",
             "TCP_MEM_HIT/416",
+            "TCP_MISS/200",
+            "TCP_MEM_HIT/200",
         ]
     );
 }

@@ -260,3 +260,134 @@ async fn if_modified_since_in_asctime_with_a_single_digit_day_9110_5_6_7() {
     }
     assert_eq!(origin.hits(), 1);
 }
+
+#[tokio::test]
+async fn post_response_with_content_location_of_its_target_answers_a_later_get_9110_9_3_3() {
+    let origin = Origin::start(|req, _| {
+        if req.method == "POST" {
+            respond(
+                200,
+                &[
+                    ("cache-control", "max-age=600"),
+                    ("content-location", "/doc"),
+                ],
+                b"posted",
+            )
+        } else {
+            respond(200, &[("cache-control", "max-age=600")], b"from get")
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let mut c = trove.client().await;
+    c.send(b"POST /doc HTTP/1.1\r\nHost: test.local\r\nContent-Length: 4\r\n\r\nnote")
+        .await;
+    let r = c.read_response(false).await.expect("a response");
+    assert_eq!(r.text(), "posted");
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=method; fwd-status=200; stored")
+    );
+    let r = kit::get(&trove, "/doc", &[]).await;
+    assert_eq!(r.text(), "posted");
+    assert_eq!(trove.result(1).await, "TCP_MEM_HIT/200");
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
+async fn post_response_naming_another_uri_or_without_freshness_is_not_reused_9110_9_3_3() {
+    for headers in [
+        &[
+            ("cache-control", "max-age=600"),
+            ("content-location", "/other"),
+        ][..],
+        &[("content-location", "/doc")][..],
+        &[
+            ("cache-control", "max-age=600, private"),
+            ("content-location", "/doc"),
+        ][..],
+    ] {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let origin = Origin::start(move |req, _| {
+            if req.method == "POST" {
+                Action::Respond {
+                    status: 200,
+                    headers: headers.clone(),
+                    body: b"posted".to_vec(),
+                }
+            } else {
+                respond(200, &[("cache-control", "max-age=600")], b"from get")
+            }
+        })
+        .await;
+        let trove = Trove::reverse(&origin, |_| {}).await;
+        let mut c = trove.client().await;
+        c.send(b"POST /doc HTTP/1.1\r\nHost: test.local\r\nContent-Length: 4\r\n\r\nnote")
+            .await;
+        assert_eq!(
+            c.read_response(false).await.expect("a response").text(),
+            "posted"
+        );
+        assert_eq!(kit::get(&trove, "/doc", &[]).await.text(), "from get");
+        assert_eq!(origin.hits(), 2);
+    }
+}
+
+#[tokio::test]
+async fn vary_matching_normalises_accept_language_lists_9111_4_1() {
+    let origin = Origin::start(|_, n| {
+        respond(
+            200,
+            &[
+                ("cache-control", "max-age=600"),
+                ("vary", "Accept-Language"),
+            ],
+            format!("v{n}").as_bytes(),
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let first = [("accept-language", "en-GB, fr;q=0.5, de;q=0.3")];
+    assert_eq!(kit::get(&trove, "/", &first).await.text(), "v0");
+    for same in [
+        "fr;q=0.50 , EN-gb,de;Q=0.300",
+        "de;q=0.3,en-gb;q=1.0,fr;q=0.5",
+    ] {
+        let r = kit::get(&trove, "/", &[("accept-language", same)]).await;
+        assert_eq!(r.text(), "v0", "{same}");
+    }
+    // A different preference is a different variant.
+    let r = kit::get(
+        &trove,
+        "/",
+        &[("accept-language", "fr, en-GB;q=0.5, de;q=0.3")],
+    )
+    .await;
+    assert_eq!(r.text(), "v1");
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn if_modified_since_without_last_modified_compares_the_date_9110_13_1_3() {
+    let now = std::time::SystemTime::now();
+    let date: &'static str = Box::leak(httpdate::fmt_http_date(now).into_boxed_str());
+    let origin = Origin::start(move |_, _| {
+        respond(
+            200,
+            &[("cache-control", "max-age=600"), ("date", date)],
+            b"body",
+        )
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    let r = kit::get(&trove, "/", &[("if-modified-since", date)]).await;
+    assert_eq!(r.status, 304);
+    let earlier = httpdate::fmt_http_date(now - Duration::from_secs(86_400));
+    let r = kit::get(&trove, "/", &[("if-modified-since", &earlier)]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.hits(), 1);
+}

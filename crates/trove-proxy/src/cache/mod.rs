@@ -377,7 +377,6 @@ fn from_origin(
     outcome: Outcome,
 ) -> Reply {
     let shared = cx.shared;
-    let peer = Some(resp.upstream.authority());
     let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
     let head = response_head(&resp, &headers);
     if cx.req.method == Method::HEAD {
@@ -397,7 +396,34 @@ fn from_origin(
         }
     }
     let max = shared.store.max_object();
-    match respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max) {
+    let verdict = respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max);
+    carry_out(cx, resp, headers, verdict, leader, outcome)
+}
+
+/// Carries out the core's store-or-pass verdict on an origin response (`headers`, its
+/// cleaned fields): insert it, start filling its body and serve it from the store, waking
+/// collapsed waiters; or send it straight on.
+fn carry_out(
+    cx: &Ctx<'_>,
+    resp: OriginResponse,
+    headers: HeaderMap,
+    verdict: OnResponse,
+    leader: Option<Leader>,
+    outcome: Outcome,
+) -> Reply {
+    let shared = cx.shared;
+    let peer = Some(resp.upstream.authority());
+    // A stored answer to a POST (RFC 9110 §9.3.3) is the client's whole response: its own
+    // preconditions and range were the origin's to judge.
+    let no_fields = HeaderMap::new();
+    let for_client = if cx.req.method == Method::POST {
+        Request::new(&Method::GET, &no_fields)
+    } else {
+        cx.core()
+    };
+    // The memo of uncacheable URLs is about GETs: a POST's answer says nothing of them.
+    let remembers = cx.req.method != Method::POST;
+    match verdict {
         OnResponse::Store {
             object,
             leader_fields,
@@ -408,7 +434,7 @@ fn from_origin(
                 // The leader's reader exists before the fill starts, so the fill never runs
                 // ahead of it as if nobody were reading.
                 let mut reply =
-                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer)
+                    deliver::stored(&obj, for_client, fetch::now(), outcome, status, peer)
                         .with_detach(|| detach(cx, &obj));
                 fetch::spawn_fill(shared, resp, Arc::clone(&obj));
                 if let Some(l) = leader {
@@ -420,13 +446,15 @@ fn from_origin(
                 reply
             }
             Err(why) => {
-                shared.memo.lock().remember(cx.key(), fetch::now());
+                if remembers {
+                    shared.memo.lock().remember(cx.key(), fetch::now());
+                }
                 pass_through(cx, resp, headers, outcome, respond::refused(status, why))
             }
         },
         OnResponse::Pass { status, remember } => {
             drop(leader);
-            if remember {
+            if remember && remembers {
                 shared.memo.lock().remember(cx.key(), fetch::now());
             }
             pass_through(cx, resp, headers, outcome, status)
@@ -808,8 +836,10 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             }
             let headers =
                 respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
-            let status = CacheStatus::forward(Fwd::Method).with_fwd_status(resp.status.as_u16());
-            pass_through(cx, resp, headers, Outcome::Miss, status)
+            let head = response_head(&resp, &headers);
+            let max = cx.shared.store.max_object();
+            let verdict = respond::after_pass(cx.core(), cx.key(), &head, cx.rules(), max);
+            carry_out(cx, resp, headers, verdict, None, Outcome::Miss)
         }
     };
     if unfinished {
