@@ -40,6 +40,7 @@ pub mod date;
 pub mod etag;
 pub mod field;
 pub mod freshness;
+pub mod interim;
 pub mod invalidate;
 pub mod key;
 pub mod policy;

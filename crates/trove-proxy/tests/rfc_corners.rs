@@ -391,3 +391,111 @@ async fn if_modified_since_without_last_modified_compares_the_date_9110_13_1_3()
     assert_eq!(r.status, 200);
     assert_eq!(origin.hits(), 1);
 }
+
+/// An origin answering with these interim heads before a cacheable 200 whose body is `ok`.
+fn with_interim(interim: &str) -> Action {
+    Action::Raw(
+        format!(
+            "{interim}HTTP/1.1 200 OK\r\ncache-control: max-age=600\r\ncontent-length: 2\r\n\r\nok"
+        )
+        .into_bytes(),
+    )
+}
+
+const EARLY_HINTS: &str = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\n";
+const PROCESSING: &str = "HTTP/1.1 102 Processing\r\n\r\n";
+
+#[tokio::test]
+async fn interim_responses_are_forwarded_to_http_1_1_clients_9110_15_2() {
+    let origin = Origin::start(|_, _| with_interim(&format!("{PROCESSING}{EARLY_HINTS}"))).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let mut c = trove.client().await;
+    c.send(b"GET / HTTP/1.1\r\nHost: test.local\r\n\r\n").await;
+    let processing = c.read_response(true).await.expect("102");
+    assert_eq!(processing.status, 102);
+    let hints = c.read_response(true).await.expect("103");
+    assert_eq!(hints.status, 103);
+    assert_eq!(hints.header("link"), Some("</style.css>; rel=preload"));
+    assert_eq!(hints.header("x-hop"), None, "connection fields stay behind");
+    let r = c.read_response(false).await.expect("the final response");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    assert_eq!(
+        r.header("link"),
+        None,
+        "an interim field never joins the final response"
+    );
+    assert_eq!(trove.result(0).await, "TCP_MISS/200");
+
+    // Stored without them: a hit has no interim response and no Link.
+    c.send(b"GET / HTTP/1.1\r\nHost: test.local\r\n\r\n").await;
+    let r = c.read_response(false).await.expect("a hit");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    assert_eq!(r.header("link"), None);
+    assert_eq!(trove.result(1).await, "TCP_MEM_HIT/200");
+    assert_eq!(origin.hits(), 1);
+}
+
+#[tokio::test]
+async fn interim_responses_reach_passed_requests_too_9110_15_2() {
+    let origin = Origin::start(|_, _| with_interim(EARLY_HINTS)).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let mut c = trove.client().await;
+    c.send(b"POST / HTTP/1.1\r\nHost: test.local\r\nContent-Length: 1\r\n\r\nx")
+        .await;
+    assert_eq!(c.read_response(true).await.expect("103").status, 103);
+    let r = c.read_response(false).await.expect("the final response");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+}
+
+#[tokio::test]
+async fn no_interim_response_reaches_an_http_1_0_client_9110_15_2() {
+    let origin = Origin::start(|_, _| with_interim(EARLY_HINTS)).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let mut c = trove.client().await;
+    c.send(b"GET / HTTP/1.0\r\nHost: test.local\r\n\r\n").await;
+    let r = c.read_response(false).await.expect("the final response");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    assert_eq!(r.header("link"), None);
+}
+
+#[tokio::test]
+async fn early_hints_reach_the_client_before_the_final_response_exists_9110_15_2() {
+    // The origin sends 103, then holds the final response until the test has seen the 103.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let go = std::sync::Arc::clone(&release);
+    tokio::spawn(async move {
+        let Ok((mut s, _)) = listener.accept().await else {
+            return;
+        };
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+        let _ = s.write_all(EARLY_HINTS.as_bytes()).await;
+        go.notified().await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+    });
+    let placeholder = Origin::start(|_, _| respond(500, &[], b"not this one")).await;
+    let trove = Trove::reverse(&placeholder, |s| {
+        s.origins[0].upstreams = vec![format!("http://{addr}")];
+    })
+    .await;
+    let mut c = trove.client().await;
+    c.send(b"GET / HTTP/1.1\r\nHost: test.local\r\n\r\n").await;
+    let hints = c
+        .read_response(true)
+        .await
+        .expect("103 while the final is held");
+    assert_eq!(hints.status, 103);
+    release.notify_one();
+    let r = c.read_response(false).await.expect("the final response");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+}

@@ -43,7 +43,7 @@ use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
 use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
-use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
+use crate::origin::{body_channel, InterimSlot, OriginError, OriginRequestBody, OriginResponse};
 use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -82,6 +82,8 @@ struct Ctx<'a> {
     client_ip: IpAddr,
     /// The client as the destination guard sees it.
     reach: Reach,
+    /// Where interim responses to this client's own origin requests go.
+    interim: Option<&'a InterimSlot>,
 }
 
 impl Ctx<'_> {
@@ -115,6 +117,7 @@ impl Ctx<'_> {
                 extra,
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: self.interim.map(InterimSlot::queue),
             },
         )
         .await
@@ -129,6 +132,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
     target: &Target,
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
+    interim: Option<&InterimSlot>,
 ) -> Reply {
     let body_state = if body.is_done() {
         BodyState::Empty
@@ -154,6 +158,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
         mode: info.mode,
         client_ip,
         reach: Reach { class, checked },
+        interim,
     };
     match entry {
         Entry::Purge => purge(&cx),
@@ -303,6 +308,7 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
                 extra: Some(&extra),
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: None,
             };
             let resp = fetch::send(&shared, out).await.ok()?;
             // Anything but the rest of this very representation is dropped unread.
@@ -654,6 +660,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                 extra: Some(&cond),
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: None,
             },
         )
         .await;
@@ -764,6 +771,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             } else {
                 Retry::No
             },
+            interim: cx.interim.map(InterimSlot::queue),
         },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body

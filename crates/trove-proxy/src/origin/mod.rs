@@ -10,10 +10,12 @@
 mod abandon;
 mod error;
 mod fetch;
+mod interim;
 mod pool;
 mod request_body;
 
 pub use abandon::abandon;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
+pub use interim::{Forwarded, Interim, InterimHead, InterimSlot};
 pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};
