@@ -29,6 +29,8 @@ pub enum Fwd {
     Request,
     /// The stored response was stale (or `no-cache`) and had to be validated or refetched.
     Stale,
+    /// Only part of the response was stored: the rest was asked for (RFC 9111 §3.4).
+    Partial,
 }
 
 impl Fwd {
@@ -41,6 +43,7 @@ impl Fwd {
             Fwd::Miss => "miss",
             Fwd::Request => "request",
             Fwd::Stale => "stale",
+            Fwd::Partial => "partial",
         }
     }
 }

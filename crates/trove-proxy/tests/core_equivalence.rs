@@ -103,6 +103,10 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         // (RFC 9110 §9.3.3).
         step("POST", "/n", &[]),
         step("GET", "/n", &[]),
+        // A stored partial completed with the missing range only (RFC 9111 §3.4).
+        step("GET", "/p", &[("range", "bytes=0-4")]),
+        step("GET", "/p", &[]),
+        step("GET", "/p", &[]),
     ];
     let answers = vec![
         ok(&[("cache-control", "max-age=60"), ("etag", "\"a1\"")], "a1"),
@@ -164,6 +168,24 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         ok(
             &[("cache-control", "max-age=60"), ("content-location", "/n")],
             "n-posted",
+        ),
+        Answer::Respond(
+            206,
+            vec![
+                ("cache-control", "max-age=60"),
+                ("etag", "\"p\""),
+                ("content-range", "bytes 0-4/10"),
+            ],
+            "01234",
+        ),
+        Answer::Respond(
+            206,
+            vec![
+                ("cache-control", "max-age=60"),
+                ("etag", "\"p\""),
+                ("content-range", "bytes 5-9/10"),
+            ],
+            "56789",
         ),
     ];
     (steps, answers)
@@ -330,6 +352,9 @@ async fn the_core_alone_and_trove_serve_agree_step_by_step() {
             "TCP_MEM_HIT/200",
             "TCP_MEM_HIT/206",
             "TCP_MEM_HIT/416",
+            "TCP_MISS/200",
+            "TCP_MEM_HIT/200",
+            "TCP_MISS/206",
             "TCP_MISS/200",
             "TCP_MEM_HIT/200",
         ]

@@ -499,3 +499,105 @@ async fn early_hints_reach_the_client_before_the_final_response_exists_9110_15_2
     let r = c.read_response(false).await.expect("the final response");
     assert_eq!((r.status, r.text().as_str()), (200, "ok"));
 }
+
+/// An origin holding "0123456789" with a strong tag: a request with `Range` gets that range
+/// (206), one without gets all of it; the very first request gets bytes 0-4 whatever it
+/// asked (an origin that answers the range it was first asked for through another cache,
+/// say), so a partial response is all trove holds.
+fn ranged_origin(etag: &'static str) -> impl Fn(&kit::SeenRequest, usize) -> Action {
+    move |req, n| {
+        const BODY: &[u8] = b"0123456789";
+        let wanted = req
+            .header("range")
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+        let if_range_ok = req.header("if-range").is_none_or(|t| t == etag);
+        let (first, last) = match wanted {
+            _ if n == 0 => (0, 4),
+            Some((a, b)) if if_range_ok && b < BODY.len() => (a, b),
+            _ => {
+                return respond(
+                    200,
+                    &[("cache-control", "max-age=600"), ("etag", etag)],
+                    BODY,
+                )
+            }
+        };
+        let range = format!("bytes {first}-{last}/10");
+        Action::Respond {
+            status: 206,
+            headers: vec![
+                ("cache-control".into(), "max-age=600".into()),
+                ("etag".into(), etag.into()),
+                ("content-range".into(), range),
+            ],
+            body: BODY[first..=last].to_vec(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stored_partial_is_completed_with_only_the_missing_range_9111_3_4() {
+    let origin = Origin::start(ranged_origin("\"p\"")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let r = kit::get(&trove, "/", &[("range", "bytes=0-4")]).await;
+    assert_eq!((r.status, r.text().as_str()), (206, "01234"));
+    // Later ranges inside it come from the store (RFC 9111 §3.3).
+    let r = kit::get(&trove, "/", &[("range", "bytes=2-3")]).await;
+    assert_eq!((r.status, r.text().as_str()), (206, "23"));
+    assert_eq!(origin.hits(), 1);
+    // The whole response: only bytes 5-9 are asked for, under the stored tag.
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "0123456789"));
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=partial; fwd-status=206; stored")
+    );
+    let asked = &origin.seen()[1];
+    assert_eq!(asked.header("range"), Some("bytes=5-9"));
+    assert_eq!(asked.header("if-range"), Some("\"p\""));
+    // Now complete: a hit.
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "0123456789"));
+    assert_eq!(trove.result(3).await, "TCP_MEM_HIT/200");
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_range_past_a_stored_partial_asks_only_for_what_is_missing_9111_3_4() {
+    let origin = Origin::start(ranged_origin("\"p\"")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[("range", "bytes=0-4")]).await;
+    let r = kit::get(&trove, "/", &[("range", "bytes=3-7")]).await;
+    assert_eq!((r.status, r.text().as_str()), (206, "34567"));
+    assert_eq!(r.header("content-range"), Some("bytes 3-7/10"));
+    assert_eq!(origin.seen()[1].header("range"), Some("bytes=5-7"));
+    // 0-7 is held now.
+    let r = kit::get(&trove, "/", &[("range", "bytes=1-6")]).await;
+    assert_eq!((r.status, r.text().as_str()), (206, "123456"));
+    assert_eq!(origin.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_changed_representation_replaces_the_stored_partial_9110_13_1_5() {
+    // The origin's tag is no longer the stored part's: If-Range fails, the whole new
+    // response comes back and is what the client gets.
+    let origin = Origin::start(|req, n| {
+        if n == 0 {
+            ranged_origin("\"old\"")(req, n)
+        } else {
+            ranged_origin("\"new\"")(req, n)
+        }
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[("range", "bytes=0-4")]).await;
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "0123456789"));
+    assert_eq!(r.header("etag"), Some("\"new\""));
+    assert_eq!(origin.seen()[1].header("if-range"), Some("\"old\""));
+    let r = kit::get(&trove, "/", &[]).await;
+    assert_eq!(r.header("etag"), Some("\"new\""));
+    assert_eq!(origin.hits(), 2);
+}

@@ -31,6 +31,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::io::AsyncRead;
 use trove_cache::decide::{self, BodyState};
+use trove_cache::partial::{self, OnCompletion};
 use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
 use trove_cache::resume;
 use trove_cache::{
@@ -321,8 +322,18 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
     }
 }
 
-/// A miss: join a fetch already under way for this key, or lead one, then fetch.
+/// A miss: complete a stored partial response with the range it lacks, or join a fetch
+/// already under way for this key, or lead one, then fetch.
 async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
+    if f.fwd == Fwd::VaryMiss {
+        // Only pieces of the response are stored (or other variants).
+        let stored = cx.shared.store.lookup(cx.key());
+        if let Some(c) = partial::completion(&stored, cx.core()) {
+            if let Some(reply) = complete(cx, &c).await {
+                return reply;
+            }
+        }
+    }
     let mut leader: Option<Leader> = None;
     if f.collapse == Collapse::Allowed {
         match cx.shared.fetches.join(cx.key()) {
@@ -346,6 +357,53 @@ async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
         }
     }
     fetch_and_store(cx, f, leader).await
+}
+
+/// Asks the origin only for the range a stored partial response lacks (RFC 9111 §3.4),
+/// stores that part, combines the two and serves the client from the result. Another
+/// answer is handled like any fetch's. `None` when the part turns out unusable after all
+/// (not storable, cut short): the request then goes on as an ordinary miss.
+async fn complete(cx: &Ctx<'_>, c: &partial::Completion) -> Option<Reply> {
+    let resp = match cx.send(Conditionals::Strip, Some(&c.fields)).await {
+        Ok(r) => r,
+        Err(e) => return Some(failed(cx, None, Fwd::Partial, Outcome::Miss, &e)),
+    };
+    match partial::after_completion(c, resp.status, &resp.headers) {
+        OnCompletion::Part => {}
+        // The representation changed (If-Range did not match), the origin sent something
+        // else, or failed: its answer is handled like any fetch's.
+        OnCompletion::Other => {
+            return Some(from_origin(cx, resp, None, Fwd::Partial, Outcome::Miss))
+        }
+    }
+    let shared = cx.shared;
+    let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+    let head = response_head(&resp, &headers);
+    let max = shared.store.max_object();
+    let verdict = respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), Fwd::Partial, max);
+    let OnResponse::Store { object, .. } = verdict else {
+        tokio::spawn(fetch::discard(resp));
+        return None;
+    };
+    let Ok(part) = shared.store.insert(*object) else {
+        tokio::spawn(fetch::discard(resp));
+        return None;
+    };
+    // Combining needs the whole part: read it in as it is stored.
+    let mut arriving = part.body.reader(0);
+    fetch::spawn_fill(shared, resp, Arc::clone(&part));
+    while let Some(piece) = arriving.next().await {
+        piece.ok()?;
+    }
+    let policy = cx.rules().policy;
+    partial::combine(&*shared.store, policy, cx.key());
+    let now = fetch::now();
+    match lookup::lookup(&*shared.store, cx.key(), cx.core(), policy, now) {
+        lookup::Lookup::Found(obj, r) if !matches!(r, trove_http::Reuse::Unusable { .. }) => Some(
+            hit(cx, &obj, Outcome::Miss, partial::completed_status(), now),
+        ),
+        _ => None,
+    }
 }
 
 /// Sends `f` to the origin and stores or passes what comes back.
