@@ -208,18 +208,21 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 // Boxed: the state machine's future is large, and an idle connection's task
                 // should not carry its space between requests.
                 let interim = InterimSlot::for_client(head.version);
-                let handled = Box::pin(crate::cache::handle(
-                    &shared,
-                    &head,
-                    &target,
-                    info,
-                    &mut body,
-                    interim.as_ref(),
-                ));
-                let reply = match &interim {
-                    Some(interim) => Box::pin(forward_interim(handled, interim, &mut w)).await,
-                    None => handled.await,
-                };
+                let reply = Box::pin(async {
+                    let handled = crate::cache::handle(
+                        &shared,
+                        &head,
+                        &target,
+                        info,
+                        &mut body,
+                        interim.as_ref(),
+                    );
+                    match &interim {
+                        Some(interim) => forward_interim(handled, interim, &mut w).await,
+                        None => handled.await,
+                    }
+                })
+                .await;
                 (Some(target), reply)
             }
         };
@@ -279,11 +282,12 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
 /// in the order they came and all before the final response (hyper reports each one before
 /// it hands over the final head). Once a write fails the rest are dropped; the reply's own
 /// write then finds out what became of the client.
-async fn forward_interim<F: std::future::Future<Output = Reply> + Unpin>(
-    mut reply: F,
+async fn forward_interim(
+    reply: impl std::future::Future<Output = Reply>,
     interim: &InterimSlot,
     w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
 ) -> Reply {
+    let mut reply = std::pin::pin!(reply);
     let mut open = true;
     loop {
         let (heads, done) = match interim.next(&mut reply).await {
