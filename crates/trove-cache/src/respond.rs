@@ -364,7 +364,11 @@ pub enum OnFailure {
 /// load, 502 otherwise (what Squid and nginx answer).
 pub fn failure_status(f: OriginFailure) -> StatusCode {
     match f {
-        OriginFailure::ConnectionTimeout | OriginFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        // RFC 9209's recommended codes: 504 for every timeout, 502 for the rest (a name that
+        // does not resolve included, as nginx answers it).
+        OriginFailure::ConnectionTimeout | OriginFailure::Timeout | OriginFailure::DnsTimeout => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
         OriginFailure::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     }

@@ -77,6 +77,10 @@ impl ShedReason {
 /// What went wrong talking to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OriginFailure {
+    /// The origin's name did not resolve (RFC 9209 `dns_error`).
+    DnsError,
+    /// The name servers did not answer in time (RFC 9209 `dns_timeout`).
+    DnsTimeout,
     ConnectionRefused,
     ConnectionTimeout,
     /// Not sent: the request was shed (answered 503 at once) to keep the origin's queue
@@ -93,6 +97,8 @@ pub enum OriginFailure {
 impl OriginFailure {
     pub fn as_str(self) -> &'static str {
         match self {
+            OriginFailure::DnsError => "dns-error",
+            OriginFailure::DnsTimeout => "dns-timeout",
             OriginFailure::ConnectionRefused => "connection-refused",
             OriginFailure::ConnectionTimeout => "connection-timeout",
             OriginFailure::Overloaded(why) => why.as_str(),
@@ -102,13 +108,16 @@ impl OriginFailure {
         }
     }
 
-    /// Whether the origin could not be reached at all: refused, reset or closed, or silent
-    /// past a timeout (RFC 9111 §4.2.4's disconnected cache). A shed request never went
-    /// out, and an origin speaking broken HTTP was reached: neither counts.
+    /// Whether the origin could not be reached at all: its name did not resolve, the
+    /// connection was refused, reset or closed, or it was silent past a timeout (RFC 9111
+    /// §4.2.4's disconnected cache). A shed request never went out, and an origin speaking
+    /// broken HTTP was reached: neither counts.
     pub fn is_disconnected(self) -> bool {
         matches!(
             self,
-            OriginFailure::ConnectionRefused
+            OriginFailure::DnsError
+                | OriginFailure::DnsTimeout
+                | OriginFailure::ConnectionRefused
                 | OriginFailure::ConnectionTimeout
                 | OriginFailure::Timeout
                 | OriginFailure::ConnectionClosed
@@ -296,6 +305,22 @@ impl CacheStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disconnected_means_the_origin_was_never_reached_9111_4_2_4() {
+        for f in [
+            OriginFailure::DnsError,
+            OriginFailure::DnsTimeout,
+            OriginFailure::ConnectionRefused,
+            OriginFailure::ConnectionTimeout,
+            OriginFailure::Timeout,
+            OriginFailure::ConnectionClosed,
+        ] {
+            assert!(f.is_disconnected(), "{}", f.as_str());
+        }
+        assert!(!OriginFailure::ProtocolError.is_disconnected());
+        assert!(!OriginFailure::Overloaded(ShedReason::QueueWait).is_disconnected());
+    }
 
     #[test]
     fn renders_rfc_9211_members() {

@@ -58,6 +58,9 @@ pub mod names {
     /// `stale-while-revalidate`, `stale-if-error`, `disconnected` (the origin could not be
     /// reached, within `[cache] max_stale`).
     pub const STALE_SERVED: &str = "trove_stale_served_total";
+    /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
+    /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
+    pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
@@ -139,6 +142,8 @@ pub struct Metrics {
     pub detached: [AtomicU64; Detached::ALL.len()],
     /// Stale responses served, by why (as `StaleServed::ALL`).
     pub stale_served: [AtomicU64; StaleServed::ALL.len()],
+    /// Origin failures by upstream and reason (`origin::failures`).
+    pub origin_failures: crate::origin::failures::UpstreamFailures,
 }
 
 /// Store figures, read when rendering.
@@ -405,6 +410,18 @@ impl Metrics {
             "# HELP {name} Names held by the resolver's cache.\n# TYPE {name} gauge\n{name} {}",
             store.resolver.names
         );
+        let name = names::ORIGIN_FAILURES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Failed origin requests, by upstream and reason.\n# TYPE {name} counter"
+        );
+        for (upstream, reason, n) in self.origin_failures.counts() {
+            let upstream = upstream.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "{name}{{upstream=\"{upstream}\",reason=\"{reason}\"}} {n}"
+            );
+        }
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(
             out,

@@ -44,7 +44,9 @@ use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
 use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
-use crate::origin::{body_channel, InterimSlot, OriginError, OriginRequestBody, OriginResponse};
+use crate::origin::{
+    body_channel, Failed, InterimSlot, OriginError, OriginRequestBody, OriginResponse,
+};
 use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -105,7 +107,7 @@ impl Ctx<'_> {
         &self,
         conditionals: Conditionals,
         extra: Option<&HeaderMap>,
-    ) -> Result<OriginResponse, OriginError> {
+    ) -> Result<OriginResponse, Failed> {
         fetch::send(
             self.shared,
             Outgoing {
@@ -564,14 +566,16 @@ fn pass_through(
     }
 }
 
-/// The origin could not be reached: stale-if-error, or a generated error.
+/// The origin could not be reached: stale-if-error, or a generated error that names the
+/// upstream (in its body and in the log's hierarchy field).
 fn failed(
     cx: &Ctx<'_>,
     stale: Option<&Arc<Object>>,
     fwd: Fwd,
     outcome: Outcome,
-    e: &OriginError,
+    f: &Failed,
 ) -> Reply {
+    let e = &f.error;
     if let OriginError::Refused(why) = e {
         // Refused at connect time (counted there): not an origin failure, so no stale copy
         // and no 502.
@@ -588,7 +592,13 @@ fn failed(
             outcome,
             cache_status,
         } => {
-            let mut r = Reply::simple(status, outcome, &e.to_string());
+            let upstream = f.upstream.as_ref().map(|u| u.authority());
+            let text = match &upstream {
+                Some(u) => format!("upstream {u}: {e}"),
+                None => e.to_string(),
+            };
+            let mut r = Reply::simple(status, outcome, &text);
+            r.peer = upstream;
             r.headers
                 .insert(CACHE_STATUS, cache_status.header_value(None));
             if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -790,7 +800,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             Some(up) => match cx.shared.pool.upload_slot(up).await {
                 Ok(s) => slot = Some(s),
                 // Shed (TCP_SHED, counted when the reply is recorded).
-                Err(e) => return failed(cx, None, Fwd::Method, Outcome::Miss, &e).closing(),
+                Err(e) => return failed(cx, None, Fwd::Method, Outcome::Miss, &e.into()).closing(),
             },
             None => {
                 return failed(
@@ -798,7 +808,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
                     None,
                     Fwd::Method,
                     Outcome::Miss,
-                    &OriginError::Protocol("no upstream"),
+                    &OriginError::Protocol("no upstream").into(),
                 )
             }
         }

@@ -12,6 +12,7 @@ use trove_http::content_length;
 
 use crate::destination::Reach;
 use crate::metrics::Metrics;
+use crate::origin::error::Failed;
 pub use crate::origin::error::OriginError;
 use crate::origin::interim::Interim;
 use crate::origin::pool::{Pool, PooledConn};
@@ -113,7 +114,7 @@ pub async fn send(
     req: OriginRequest,
     response_timeout: Duration,
     body_timeout: Duration,
-) -> Result<OriginResponse, OriginError> {
+) -> Result<OriginResponse, Failed> {
     let OriginRequest {
         head,
         body,
@@ -121,20 +122,25 @@ pub async fn send(
         interim,
     } = req;
     let mut body = Some(body);
-    let mut last_err = OriginError::Protocol("no upstream");
+    let mut last_err = Failed::from(OriginError::Protocol("no upstream"));
     for upstream in upstreams.iter() {
+        let failed = |error| Failed {
+            error,
+            upstream: Some(upstream.clone()),
+        };
         for attempt in 0..2 {
             let mut conn = match pool.checkout(upstream, upstreams.chooser(), reach).await {
                 Ok(c) => c,
                 Err(
                     e @ (OriginError::Connect(_)
                     | OriginError::Resolve(_)
+                    | OriginError::ResolveTimeout
                     | OriginError::ConnectTimeout),
                 ) => {
-                    last_err = e;
+                    last_err = failed(e);
                     break; // next upstream
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(failed(e)),
             };
             let this_body = if retryable {
                 OriginRequestBody::empty()
@@ -154,7 +160,7 @@ pub async fn send(
             let result =
                 tokio::time::timeout(response_timeout, conn.sender.send_request(request)).await;
             match result {
-                Err(_) => return Err(OriginError::ResponseTimeout),
+                Err(_) => return Err(failed(OriginError::ResponseTimeout)),
                 Ok(Err(e)) => {
                     let err = OriginError::from_hyper(e);
                     // A pooled connection may have been closed by the origin just as we
@@ -162,7 +168,7 @@ pub async fn send(
                     if reused && retryable && attempt == 0 && matches!(err, OriginError::Closed) {
                         continue;
                     }
-                    return Err(err);
+                    return Err(failed(err));
                 }
                 Ok(Ok(resp)) => {
                     let (mut parts, incoming) = resp.into_parts();
@@ -179,7 +185,7 @@ pub async fn send(
                                     .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
                             }
                             Ok(None) => {}
-                            Err(e) => return Err(OriginError::Protocol(e.as_str())),
+                            Err(e) => return Err(failed(OriginError::Protocol(e.as_str()))),
                         }
                     }
                     let declared_length = http_body::Body::size_hint(&incoming).exact();

@@ -9,12 +9,14 @@
 
 mod abandon;
 mod error;
+pub mod failures;
 mod fetch;
 mod interim;
 mod pool;
 mod request_body;
 
 pub use abandon::abandon;
+pub use error::Failed;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
 pub use interim::{Forwarded, Interim, InterimHead, InterimSlot};
 pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};

@@ -220,7 +220,7 @@ pub struct UploadSlot {
 }
 
 /// What a [`Pool`] is built with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolLimits {
     /// Connections to one origin (idle and busy) at most.
     pub max_per_origin: usize,
@@ -236,6 +236,17 @@ pub struct PoolLimits {
 }
 
 impl Pool {
+    /// What this pool was built with.
+    pub fn limits(&self) -> PoolLimits {
+        PoolLimits {
+            max_per_origin: self.max_per_origin,
+            max_uploads: self.max_uploads,
+            idle_timeout: self.idle_timeout,
+            connect_timeout: self.connect_timeout,
+            max_queue_wait: self.max_queue_wait,
+        }
+    }
+
     /// Must be called inside a tokio runtime (it starts the reaper).
     pub fn new(limits: PoolLimits, metrics: Arc<Metrics>, reach: Reachability) -> Arc<Pool> {
         let pool = Arc::new(Pool {
@@ -496,10 +507,10 @@ impl Pool {
 }
 
 /// A name that did not resolve: a 502 (`Resolve`), or a 504 when the name servers did not
-/// answer in time, like a connect that takes too long.
+/// answer in time (`ResolveTimeout`).
 fn unresolved(e: std::io::Error) -> OriginError {
     if e.kind() == std::io::ErrorKind::TimedOut {
-        OriginError::ConnectTimeout
+        OriginError::ResolveTimeout
     } else {
         OriginError::Resolve(e)
     }
