@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trove_cache::resume::Detached;
-use trove_cache::Outcome;
+use trove_cache::{Outcome, StaleServed};
 
 use crate::destination::Refusal;
 use crate::resolver::{self, Answered, Failure};
@@ -54,6 +54,10 @@ pub mod names {
     pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
     /// Names the resolver's cache holds.
     pub const RESOLVER_NAMES: &str = "trove_resolver_names";
+    /// Stale stored responses served, by `reason` (`trove_cache::StaleServed`): `max-stale`,
+    /// `stale-while-revalidate`, `stale-if-error`, `disconnected` (the origin could not be
+    /// reached, within `[cache] max_stale`).
+    pub const STALE_SERVED: &str = "trove_stale_served_total";
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
@@ -150,6 +154,8 @@ pub struct Metrics {
     /// Readers detached from a body that left the store, by what became of them (as
     /// `Detached::ALL`).
     pub detached: [AtomicU64; Detached::ALL.len()],
+    /// Stale responses served, by why (as `StaleServed::ALL`).
+    pub stale_served: [AtomicU64; StaleServed::ALL.len()],
     /// Origin failures by upstream and reason (`origin::failures`).
     pub origin_failures: crate::origin::failures::UpstreamFailures,
 }
@@ -219,6 +225,11 @@ impl Metrics {
     /// Counts a destination the guard refused.
     pub fn count_refusal(&self, why: Refusal) {
         inc(&self.destinations_refused[why.index()]);
+    }
+
+    /// Counts a stale response served.
+    pub fn count_stale(&self, why: StaleServed) {
+        inc(&self.stale_served[why as usize]);
     }
 
     /// Counts a reader detached from a shared body.
@@ -459,6 +470,15 @@ impl Metrics {
         );
         self.hit_time.render(&mut out, name, "kind=\"hit\"");
         self.miss_time.render(&mut out, name, "kind=\"miss\"");
+        let name = names::STALE_SERVED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Stale stored responses served, by why that was allowed.\n# TYPE {name} counter"
+        );
+        for why in StaleServed::ALL {
+            let n = g(&self.stale_served[why as usize]);
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
+        }
         out
     }
 }

@@ -109,6 +109,11 @@ pub struct CacheSettings {
     pub cookies: trove_cache::CookiePolicy,
     /// `[cache.abort]`: whether to finish a fetch whose clients have all gone.
     pub abort: AbortSettings,
+    /// How stale a stored response may be and still be served when its origin can't be
+    /// reached (refused, reset, closed, timed out; RFC 9111 §4.2.4), unless its directives
+    /// forbid it: Squid's `max_stale`. `"0s"` turns it off; a unit is required.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_stale: Duration,
 }
 
 /// `[cache.abort]`, the abort policy (see `trove_cache::abort`): when every client of a
@@ -153,6 +158,7 @@ impl Default for CacheSettings {
             heuristic_max: Duration::from_secs(86_400),
             cookies: trove_cache::CookiePolicy::default(),
             abort: AbortSettings::default(),
+            max_stale: trove_http::Policy::default().max_stale,
         }
     }
 }

@@ -186,6 +186,7 @@ impl Shared {
         let base = Policy {
             heuristic_fraction: c.heuristic_fraction,
             heuristic_max: c.heuristic_max,
+            max_stale: c.max_stale,
             ..Policy::default()
         };
         let reverse_policy = Policy {

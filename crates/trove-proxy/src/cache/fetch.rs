@@ -28,7 +28,7 @@ use crate::client::head::RequestHead;
 use crate::destination::Reach;
 use crate::metrics::Metrics;
 use crate::origin::{
-    self, abandon, Failed, OriginError, OriginRequest, OriginRequestBody, OriginResponse,
+    self, abandon, Failed, Interim, OriginError, OriginRequest, OriginRequestBody, OriginResponse,
 };
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -57,6 +57,8 @@ pub struct Outgoing<'a> {
     pub extra: Option<&'a HeaderMap>,
     pub body: OriginRequestBody,
     pub retry: Retry,
+    /// Where the origin's interim responses go: the client's, for a request made for it.
+    pub interim: Option<&'a Arc<Interim>>,
 }
 
 /// Sends a request to its target's origin, or sheds it at once when too many wait already.
@@ -96,6 +98,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
             head,
             body: out.body,
             retryable: out.retry == Retry::Allowed,
+            interim: out.interim.cloned(),
         },
         t.origin_response,
         t.origin_body,

@@ -15,6 +15,7 @@ use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
 use crate::client::write::ClientWriter;
+use crate::origin::{Forwarded, InterimSlot};
 use crate::reply::Reply;
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -223,9 +224,21 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 }
                 // Boxed: the state machine's future is large, and an idle connection's task
                 // should not carry its space between requests.
-                let reply = Box::pin(crate::cache::handle(
-                    &shared, &head, &target, info, &mut body,
-                ))
+                let interim = InterimSlot::for_client(head.version);
+                let reply = Box::pin(async {
+                    let handled = crate::cache::handle(
+                        &shared,
+                        &head,
+                        &target,
+                        info,
+                        &mut body,
+                        interim.as_ref(),
+                    );
+                    match &interim {
+                        Some(interim) => forward_interim(handled, interim, &mut w).await,
+                        None => handled.await,
+                    }
+                })
                 .await;
                 (Some(target), reply)
             }
@@ -280,6 +293,34 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 lingering_close(&mut rs, &mut w).await;
             }
             break;
+        }
+    }
+}
+
+/// Waits for `reply`, writing the origin's interim (1xx) responses to the client meanwhile,
+/// in the order they came and all before the final response (hyper reports each one before
+/// it hands over the final head). Once a write fails the rest are dropped; the reply's own
+/// write then finds out what became of the client.
+async fn forward_interim(
+    reply: impl std::future::Future<Output = Reply>,
+    interim: &InterimSlot,
+    w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+) -> Reply {
+    let mut reply = std::pin::pin!(reply);
+    let mut open = true;
+    loop {
+        let (heads, done) = match interim.next(&mut reply).await {
+            Forwarded::Heads(h) => (h, None),
+            Forwarded::Done(r, h) => (h, Some(r)),
+        };
+        for h in heads {
+            if !open {
+                break;
+            }
+            open = w.send_interim(h.status, &h.headers).await.is_ok();
+        }
+        if let Some(r) = done {
+            return r;
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::destination::Reach;
 use crate::metrics::Metrics;
 use crate::origin::error::Failed;
 pub use crate::origin::error::OriginError;
+use crate::origin::interim::Interim;
 use crate::origin::pool::{Pool, PooledConn};
 use crate::origin::request_body::OriginRequestBody;
 use crate::upstream::{Upstream, Upstreams};
@@ -98,6 +99,8 @@ pub struct OriginRequest {
     /// True when the request can be sent again on a fresh connection if a pooled one turns
     /// out to be dead (idempotent, no streamed body).
     pub retryable: bool,
+    /// Where the origin's interim (1xx) responses go, for a client that may get them.
+    pub interim: Option<Arc<Interim>>,
 }
 
 /// Sends `req` to the first upstream that accepts a connection; `upstreams` are tried in
@@ -116,6 +119,7 @@ pub async fn send(
         head,
         body,
         retryable,
+        interim,
     } = req;
     let mut body = Some(body);
     let mut last_err = Failed::from(OriginError::Protocol("no upstream"));
@@ -146,7 +150,10 @@ pub async fn send(
                     None => return Err(last_err),
                 }
             };
-            let request = Request::from_parts(head.clone(), this_body);
+            let mut request = Request::from_parts(head.clone(), this_body);
+            if let Some(interim) = &interim {
+                interim.attach(&mut request);
+            }
             let request_time = SystemTime::now();
             metrics.origin_requests.fetch_add(1, Ordering::Relaxed);
             let reused = conn.reused;
