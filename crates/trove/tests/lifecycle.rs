@@ -634,3 +634,45 @@ fn a_failing_upstream_is_named_everywhere_an_operator_looks() {
         );
     }
 }
+
+/// A reload changes the cache budget in place: the store keeps its objects and its new
+/// capacity shows in the metrics.
+#[test]
+fn reload_changes_the_cache_budget_and_keeps_the_objects() {
+    let dir = temp_dir("budget");
+    let (a, a_hits) = origin("A", Duration::ZERO);
+    let addr = free_port();
+    let config = |memory: &str| {
+        format!(
+            "[[listener]]\nlisten = \"{addr}\"\nmode = \"reverse\"\n[[origin]]\nhost = \"*\"\n\
+             upstreams = [\"http://{a}\"]\n[admin]\nlisten = \"127.0.0.1:0\"\n[cache]\nmemory = \"{memory}\"\n"
+        )
+    };
+    let t = Trove::start(&dir, &config("64MiB"));
+    let admin = t
+        .wait_line(|l| l.starts_with("admin listening "))
+        .unwrap()
+        .trim_start_matches("admin listening ")
+        .to_string();
+    let metrics = || Client::connect(&admin).get("admin", "/metrics").unwrap().1;
+    assert!(metrics().contains(&format!("trove_store_capacity_bytes {}", 64u64 << 20)));
+    let mut c = Client::connect(&addr);
+    assert_eq!(c.get("site", "/kept").unwrap().1, "A /kept\n");
+    t.rewrite(&config("32MiB"));
+    t.ask("reload");
+    let line = t
+        .wait_line(|l| l.starts_with("trove: reloaded"))
+        .unwrap_or_else(|| panic!("{:?}", t.lines()));
+    assert!(line.contains("changed [cache]"), "{line}");
+    assert!(
+        metrics().contains(&format!("trove_store_capacity_bytes {}", 32u64 << 20)),
+        "{}",
+        metrics()
+    );
+    assert_eq!(c.get("site", "/kept").unwrap().1, "A /kept\n");
+    assert_eq!(
+        a_hits.load(Ordering::SeqCst),
+        1,
+        "still stored after the resize"
+    );
+}

@@ -162,7 +162,10 @@ fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
         &trove.admin,
         "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
-    assert!(page.contains("hit ratio, last minute (50.0% since start)"), "{page}");
+    assert!(
+        page.contains("hit ratio, last minute (50.0% since start)"),
+        "{page}"
+    );
 }
 
 #[test]
