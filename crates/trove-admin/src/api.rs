@@ -23,9 +23,13 @@ use trove_api as wire;
 use trove_proxy::manage::{self, ManageError};
 use trove_proxy::Shared;
 
+/// Where the API finds the proxy's shared state: fixed, or the generation current after
+/// reloads.
+type SharedSource = Box<dyn Fn() -> Option<Arc<Shared>> + Send + Sync>;
+
 /// The admin API: the proxy's shared state, the token, and the largest put accepted.
 pub struct Api {
-    shared: Arc<Shared>,
+    shared: SharedSource,
     /// `None`: the API is disabled (no token configured).
     token: Option<Vec<u8>>,
     max_body: u64,
@@ -35,7 +39,21 @@ impl Api {
     /// An API over `shared`; without a token every call is refused (403, `disabled`).
     pub fn new(shared: Arc<Shared>, token: Option<String>, max_body: u64) -> Api {
         Api {
-            shared,
+            shared: Box::new(move || Some(Arc::clone(&shared))),
+            token: token.filter(|t| !t.is_empty()).map(String::into_bytes),
+            max_body,
+        }
+    }
+
+    /// An API over whichever generation is current (after reloads: its settings and named
+    /// caches; the store is carried over). The token is the one given here.
+    pub fn following(
+        current: Arc<trove_proxy::listener::Current>,
+        token: Option<String>,
+        max_body: u64,
+    ) -> Api {
+        Api {
+            shared: Box::new(move || current.get()),
             token: token.filter(|t| !t.is_empty()).map(String::into_bytes),
             max_body,
         }
@@ -106,7 +124,18 @@ type Reply = Response<Full<Bytes>>;
 
 /// Answers one request under `/v1/`.
 pub async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
-    let reply = match answer(api, req).await {
+    let Some(shared) = (api.shared)() else {
+        return json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &wire::ErrorBody {
+                error: wire::Error {
+                    code: "stopping".into(),
+                    message: "trove is stopping".into(),
+                },
+            },
+        );
+    };
+    let reply = match answer(api, &shared, req).await {
         Ok(r) => r,
         Err(r) => {
             let body = wire::ErrorBody {
@@ -128,11 +157,11 @@ pub async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
         400..=499 => 1,
         _ => 2,
     };
-    api.shared.metrics.api_requests[class].fetch_add(1, Ordering::Relaxed);
+    shared.metrics.api_requests[class].fetch_add(1, Ordering::Relaxed);
     reply
 }
 
-async fn answer(api: &Api, req: Request<Incoming>) -> Result<Reply, Refusal> {
+async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Reply, Refusal> {
     api.authorized(req.headers())?;
     let path = req.uri().path().to_string();
     let query = Query::parse(req.uri().query().unwrap_or(""));
@@ -144,13 +173,12 @@ async fn answer(api: &Api, req: Request<Incoming>) -> Result<Reply, Refusal> {
         Some((a, b)) => (a, Some(decode(b)?)),
         None => (rest, None),
     };
-    let shared = &*api.shared;
     let now = SystemTime::now();
     let method = req.method().clone();
     match (&method, first, second) {
         (&Method::PUT, "object", None) => {
             let url = query.url()?;
-            let put = read_put(api, &query, url, req).await?;
+            let put = read_put(api, shared, &query, url, req).await?;
             Ok(json(StatusCode::CREATED, &manage::put(shared, put, now)?))
         }
         (&Method::GET | &Method::HEAD, "object", None) => {
@@ -277,6 +305,7 @@ async fn read_body(req: Request<Incoming>, max: u64) -> Result<Bytes, Refusal> {
 /// `Content-Type` is stored, and each `Trove-Set: Name: value` field adds a stored field.
 async fn read_put(
     api: &Api,
+    shared: &Shared,
     query: &Query,
     url: &str,
     req: Request<Incoming>,
@@ -303,14 +332,14 @@ async fn read_put(
     let tags = query.all("tag");
     let cache = query.get("cache").map(str::to_string);
     // Checked before the body is read, so a refused put costs no upload.
-    manage::check_tags(&api.shared.settings.tags, &tags)?;
+    manage::check_tags(&shared.settings.tags, &tags)?;
     if let Some(c) = &cache {
-        if !api.shared.named_caches.knows(c) {
+        if !shared.named_caches.knows(c) {
             return Err(ManageError::UnknownCache(c.clone()).into());
         }
     }
     manage::key_of(url)?;
-    let max = api.max_body.min(api.shared.store.max_object());
+    let max = api.max_body.min(shared.store.max_object());
     // A copy of its own: the bytes hyper read share a buffer (kilobytes) with whatever else
     // arrived with them, and the store would keep all of it alive for a one-byte body.
     let body = Bytes::copy_from_slice(&read_body(req, max).await?);
