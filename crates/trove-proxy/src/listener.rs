@@ -108,9 +108,9 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
         .map(|(l, _, _)| l.local_addr())
         .collect::<io::Result<_>>()?;
     let shared = Arc::new(Shared::new(settings, &own)?);
-    crate::manage::spawn_sweeper(&shared, std::time::Duration::from_secs(1));
     let current = Arc::new(Current::default());
     current.set(&shared);
+    crate::manage::spawn_sweeper(Arc::clone(&current), std::time::Duration::from_secs(1));
     let mut running = Running {
         shared,
         addrs: Vec::new(),

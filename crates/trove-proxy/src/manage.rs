@@ -627,14 +627,16 @@ pub fn bans(shared: &Shared, limit: usize) -> Vec<api::Ban> {
 /// Applies the rules to the store in the background, every `every`, while any are
 /// pending: the dead are removed (their memory returns) and rules older than every fetch
 /// that may still be arriving are retired. Off the request path (a thread of its own).
-pub fn spawn_sweeper(shared: &Arc<Shared>, every: Duration) {
-    let shared = Arc::downgrade(shared);
+///
+/// It follows the generation `current` names (reloads keep the store and its rules), and
+/// ends when trove stops.
+pub fn spawn_sweeper(current: Arc<crate::listener::Current>, every: Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(s) = shared.upgrade() else { return };
+            let Some(s) = current.get() else { return };
             let Some(inv) = s.invalidations.clone() else {
                 return;
             };
