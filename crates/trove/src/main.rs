@@ -36,6 +36,8 @@ enum Command {
     Serve(ServeArgs),
     /// Web-Polygraph-style benchmark of any caching proxy.
     Bench(Box<trove_bench::BenchArgs>),
+    /// Replay a trace through trove's cache core in virtual time (and `sim model`).
+    Sim(Box<trove_sim::SimArgs>),
 }
 
 #[derive(clap::Args)]
@@ -63,6 +65,7 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => trove_bench::run(*args),
+        Command::Sim(args) => trove_sim::run(*args),
     };
     if let Err(e) = result {
         eprintln!("trove: {e:#}");
