@@ -121,9 +121,17 @@ pub struct ReplayArgs {
     /// Requests of a synthetic trace.
     #[arg(long, default_value_t = 1_000_000)]
     pub requests: u64,
-    /// Fraction of a synthetic trace's transfers the client aborts part-way.
+    /// About this fraction of a synthetic trace's transfers are aborted part-way, large
+    /// objects more often (in proportion to size).
     #[arg(long, default_value_t = 0.0)]
     pub abort_fraction: f64,
+    /// A synthetic trace's peak request rate, all clients together, req/s (default: the
+    /// workload's; its robot rate fixes how many clients that is).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Origin servers a synthetic trace's objects are spread over (default: the workload's).
+    #[arg(long)]
+    pub servers: Option<u32>,
     /// Seed of a synthetic trace's draws.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -382,7 +390,15 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
             (0.0..=1.0).contains(&a.abort_fraction),
             "--abort-fraction is a fraction within 0..=1"
         );
-        let workload = trove_bench::workload::Workload::load(name)?;
+        let mut workload = trove_bench::workload::Workload::load(name)?;
+        if let Some(rate) = a.rate {
+            anyhow::ensure!(rate > 0.0, "--rate must be positive");
+            workload.peak_rate = rate;
+        }
+        if let Some(n) = a.servers {
+            anyhow::ensure!(n >= 1, "--servers must be at least 1");
+            workload.servers.count = n;
+        }
         let reader = SyntheticReader::new(SyntheticSpec {
             workload,
             requests: a.requests,

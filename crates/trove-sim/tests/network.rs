@@ -200,6 +200,8 @@ fn aborts_under_each_policy() {
     assert_eq!(hits(AbortModel::finish()), 1);
     assert_eq!(hits(AbortModel::trove()), 1);
     assert_eq!(hits(AbortModel::stop_64k()), 0);
+    // Stopping after the proxy already had all of it leaves a whole object: kept.
+    assert_eq!(hits(AbortModel::stop()), 1);
     // Savings are negative when the proxy reads more than the clients took.
     let (_, n) = net(
         Params {

@@ -304,7 +304,8 @@ impl NetModel {
                 match p.abort.policy.decide(storing, r, Some(full)) {
                     AfterAbort::Finish => full,
                     AfterAbort::Stop => {
-                        drop_stored = x.storing;
+                        // Stopped short of the end: a stored copy would be torn.
+                        drop_stored = x.storing && r < full;
                         r
                     }
                 }
