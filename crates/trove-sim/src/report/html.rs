@@ -62,6 +62,19 @@ pub fn line_chart(
     xscale: Scale,
     xfmt: &dyn Fn(f64) -> String,
 ) -> String {
+    line_chart_ticks(title, xlabel, ylabel, series, xscale, xfmt, None)
+}
+
+/// [`line_chart`] with the x ticks given (the swept cache sizes, say).
+pub fn line_chart_ticks(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[Series],
+    xscale: Scale,
+    xfmt: &dyn Fn(f64) -> String,
+    ticks: Option<&[f64]>,
+) -> String {
     let (w, h, l, r, t, b) = (720.0, 300.0, 64.0, 170.0, 28.0, 44.0);
     let pts = series.iter().flat_map(|s| s.points.iter().copied());
     let (mut xmin, mut xmax, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
@@ -107,6 +120,7 @@ pub fn line_chart(
     // x ticks: decades on a log axis, nice steps on a linear one.
     let mut xt = Vec::new();
     match xscale {
+        _ if ticks.is_some() => xt = ticks.unwrap_or_default().to_vec(),
         Scale::Log => {
             let mut d = x0.floor();
             while d <= x1 + 1e-9 {
@@ -231,6 +245,14 @@ pub fn render(r: &Report) -> String {
             })
             .collect()
     };
+    let mut size_ticks: Vec<f64> = r
+        .results
+        .iter()
+        .filter(|c| c.cache_size != Some(0))
+        .map(|c| x_of(c.cache_size))
+        .collect();
+    size_ticks.sort_by(f64::total_cmp);
+    size_ticks.dedup();
     let fmt_size = |v: f64| {
         if v > largest as f64 * 1.5 {
             "unbounded".to_string()
@@ -238,37 +260,45 @@ pub fn render(r: &Report) -> String {
             size(Some(v as u64))
         }
     };
-    b.push_str(&line_chart(
+    b.push_str(&line_chart_ticks(
         "Document hit ratio against cache size",
         "cache size",
         "hit %",
         &per_policy(&|c| c.hit_ratio * 100.0),
         Scale::Log,
         &fmt_size,
+        Some(&size_ticks),
     ));
-    b.push_str(&line_chart(
+    b.push_str(&line_chart_ticks(
         "Byte hit ratio against cache size",
         "cache size",
         "byte hit %",
         &per_policy(&|c| c.byte_hit_ratio * 100.0),
         Scale::Log,
         &fmt_size,
+        Some(&size_ticks),
     ));
     let with_net: Vec<_> = r.results.iter().filter(|c| c.network.is_some()).collect();
     if let (Some(first), Some(last)) = (with_net.first(), with_net.last()) {
-        b.push_str(&line_chart(
+        b.push_str(&line_chart_ticks(
             "Mean latency against cache size (with the proxy)",
             "cache size",
             "seconds",
             &per_policy(&|c| c.network.as_ref().map_or(0.0, |n| n.with_proxy.mean)),
             Scale::Log,
             &fmt_size,
+            Some(&size_ticks),
         ));
         let mut series = Vec::new();
+        // Ten bins per decade: the fine bins of the summary are too spiky to read.
         let density = |h: &[(f64, u64)]| -> Vec<(f64, f64)> {
             let n: u64 = h.iter().map(|x| x.1).sum::<u64>().max(1);
-            h.iter()
-                .map(|(x, c)| (*x, *c as f64 * 100.0 / n as f64))
+            let mut bins: std::collections::BTreeMap<i64, u64> = Default::default();
+            for (x, c) in h {
+                *bins.entry((x.log10() * 10.0).ceil() as i64).or_default() += c;
+            }
+            bins.into_iter()
+                .map(|(k, c)| (10f64.powf(k as f64 / 10.0), c as f64 * 100.0 / n as f64))
                 .collect()
         };
         for c in [first, last] {
