@@ -101,6 +101,7 @@ pub struct Figure {
 #[derive(Debug, Clone, Serialize)]
 pub struct Curve {
     pub name: String,
+    pub hit_rate: f64,
     pub optimal: bool,
     pub points: Vec<(f64, f64)>,
 }
@@ -141,6 +142,7 @@ pub fn figures(base: &Params) -> Vec<Figure> {
                     })
                     .collect();
                 v.push(Curve {
+                    hit_rate: h,
                     name: format!("h={h}{}", if optimal { " opt" } else { "" }),
                     optimal,
                     points,
@@ -231,6 +233,8 @@ pub fn html(base: &Params) -> String {
             .iter()
             .map(|c| Series {
                 name: c.name.clone(),
+                // A hit rate and its optimal curve share a colour.
+                color: HIT_RATES.iter().position(|h| c.hit_rate == *h),
                 dashed: c.optimal,
                 points: c.points.clone(),
             })

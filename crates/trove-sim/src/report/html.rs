@@ -23,6 +23,8 @@ pub fn esc(s: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Series {
     pub name: String,
+    /// Index into the palette; `None`: by position.
+    pub color: Option<usize>,
     pub dashed: bool,
     pub points: Vec<(f64, f64)>,
 }
@@ -162,7 +164,7 @@ pub fn line_chart_ticks(
         esc(ylabel)
     );
     for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
         let d: Vec<String> = s
             .points
             .iter()
@@ -235,6 +237,7 @@ pub fn render(r: &Report) -> String {
             .iter()
             .map(|p| Series {
                 name: p.to_string(),
+                color: None,
                 dashed: false,
                 points: r
                     .results
@@ -305,12 +308,14 @@ pub fn render(r: &Report) -> String {
             let n = c.network.as_ref().expect("filtered");
             series.push(Series {
                 name: format!("proxy, {} {}", size(c.cache_size), c.policy),
+                color: None,
                 dashed: false,
                 points: density(&n.latency_histogram_with_proxy),
             });
             if std::ptr::eq(*c, *last) {
                 series.push(Series {
                     name: "no proxy".into(),
+                    color: None,
                     dashed: true,
                     points: density(&n.latency_histogram_without_proxy),
                 });
