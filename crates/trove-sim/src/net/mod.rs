@@ -329,7 +329,8 @@ impl NetModel {
         let d = self.direct.take(pair(x.client, x.server), now);
         let direct_rtt = p.client_rtt + p.origin_rtt;
         let (dt, dw) = tcp::transfer(tcp, self.direct_link(), x.delivered, d.cwnd);
-        let direct = if d.new { direct_rtt } else { 0.0 } + direct_rtt + dt;
+        let direct_connect = if d.new { direct_rtt } else { 0.0 };
+        let direct = direct_connect + direct_rtt + dt;
         self.direct.release(d, micros(x.time + direct), dw);
         let in_flight = if aborted {
             (self.direct_link().bandwidth * direct_rtt) as u64
@@ -351,7 +352,8 @@ impl NetModel {
             drop_stored,
         };
         self.with_proxy.add(a.total(), connect, rr, transfer);
-        self.without_proxy.add(direct, 0.0, 0.0, 0.0);
+        self.without_proxy
+            .add(direct, direct_connect, direct_rtt, dt);
         self.bytes_to_clients += x.delivered;
         self.origin_bytes += origin_bytes;
         self.direct_origin_bytes += direct_origin_bytes;

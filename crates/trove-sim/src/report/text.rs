@@ -56,12 +56,12 @@ pub fn render(r: &Report) -> String {
     if r.results.iter().any(|c| c.network.is_some()) {
         let _ = writeln!(
             o,
-            "\nlatency, seconds (with proxy: mean = connect + request-response + transfer; without proxy: mean), origin bytes and connections"
+            "\nlatency, seconds (mean = connect + request-response + transfer, with the proxy and without), origin bytes and connections"
         );
         let _ = writeln!(
             o,
-            "{:>10} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>7} {:>7} | {:>10} {:>10} {:>8} | {:>6} {:>6} {:>6} {:>6}",
-            "cache", "policy", "mean", "median", "conn", "req-rsp", "xfer", "direct", "median",
+            "{:>10} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>10} {:>10} {:>8} | {:>6} {:>6} {:>6} {:>6}",
+            "cache", "policy", "mean", "median", "conn", "req-rsp", "xfer", "direct", "median", "conn", "req-rsp", "xfer",
             "origin", "direct", "savings", "peak c", "peak s", "new c%", "new s%"
         );
         for c in &r.results {
@@ -69,7 +69,7 @@ pub fn render(r: &Report) -> String {
             let (w, d) = (&n.with_proxy, &n.without_proxy);
             let _ = writeln!(
                 o,
-                "{:>10} {:>8} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} | {:>7.3} {:>7.3} | {:>10} {:>10} {:>7.1}% | {:>6} {:>6} {:>6.1} {:>6.1}",
+                "{:>10} {:>8} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} | {:>10} {:>10} {:>7.1}% | {:>6} {:>6} {:>6.1} {:>6.1}",
                 size(c.cache_size),
                 c.policy,
                 w.mean,
@@ -79,6 +79,9 @@ pub fn render(r: &Report) -> String {
                 w.mean_transfer,
                 d.mean,
                 d.median,
+                d.mean_connect,
+                d.mean_request_response,
+                d.mean_transfer,
                 bytes(n.bytes_from_origins),
                 bytes(n.bytes_from_origins_without_proxy),
                 n.origin_savings * 100.0,
