@@ -189,6 +189,13 @@ impl Dir {
         self.region_size
     }
 
+    /// The order regions are first written in: each file from its start, the files taken
+    /// in turn, so writes spread over every disk and each file grows only as needed.
+    pub fn first_use_order(&self, region: u32) -> (u64, usize) {
+        let (f, base) = self.regions[region as usize];
+        (base, f)
+    }
+
     /// Reads up to `buf.len()` bytes at `offset` in `region`; returns how many were there
     /// (a region never written reads short).
     pub fn read_at(&self, region: u32, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -64,12 +64,9 @@ pub(crate) fn summary(shared: &Shared, r: u32, seq: u64) -> Option<Vec<SummaryEn
 }
 
 /// Reads region `r` record by record (use `seq`), verifying each; stops at the first that is
-/// not whole. Returns the entries and whether it stopped at a damaged record.
-pub(crate) fn scan(
-    shared: &Shared,
-    r: u32,
-    seq: u64,
-) -> std::io::Result<(Vec<SummaryEntry>, bool)> {
+/// not whole, skipping a damaged one whose successor is whole. Returns the entries and
+/// how many damaged records were dropped.
+pub(crate) fn scan(shared: &Shared, r: u32, seq: u64) -> std::io::Result<(Vec<SummaryEntry>, u64)> {
     let size = shared.dir.region_size();
     let mut buf = BytesMut::zeroed(size as usize);
     let n = shared.dir.read_at(r, 0, &mut buf)?;
@@ -77,6 +74,7 @@ pub(crate) fn scan(
     let b: Bytes = buf.freeze();
     let mut at = REGION_HEADER_LEN as usize;
     let mut out = Vec::new();
+    let mut damaged = 0u64;
     // Stop before the summary area could start (a sealed region's summary is not a record).
     while at + RECORD_HEADER_LEN <= b.len() {
         let room = size - at as u64;
@@ -84,19 +82,37 @@ pub(crate) fn scan(
             Ok(h) => h,
             // Nothing more was written in this use of the region.
             Err(FormatError::NoMagic | FormatError::StaleGeneration) => break,
-            Err(_) => return Ok((out, true)),
+            Err(_) => return Ok((out, damaged + 1)),
         };
         let end = at + h.record_len() as usize;
         if end > b.len() {
-            return Ok((out, true));
+            return Ok((out, damaged + 1));
         }
         if Record::decode(&b.slice(at..end), seq).is_err() {
-            return Ok((out, true));
+            // A damaged record whose successor is whole (a flipped byte in its payload,
+            // not a torn tail): skip it and go on, else stop here.
+            if !whole_record_at(&b, end, seq, size) {
+                return Ok((out, damaged + 1));
+            }
+            damaged += 1;
+            at = end;
+            continue;
         }
         out.push(SummaryEntry::of(&h, at as u64));
         at = end;
     }
-    Ok((out, false))
+    Ok((out, damaged))
+}
+
+fn whole_record_at(b: &Bytes, at: usize, seq: u64, size: u64) -> bool {
+    if at + RECORD_HEADER_LEN > b.len() {
+        return false;
+    }
+    let Ok(h) = RecordHeader::decode(&b[at..], seq, size - at as u64) else {
+        return false;
+    };
+    let end = at + h.record_len() as usize;
+    end <= b.len() && Record::decode(&b.slice(at..end), seq).is_ok()
 }
 
 /// Puts a region's entries in the index, in order.
@@ -153,6 +169,8 @@ pub(crate) fn recover(shared: &Shared) -> std::io::Result<Recovered> {
         }
     }
     used.sort_by_key(|&(_, seq)| seq);
+    // The writer pops from the end: the first region to use goes last.
+    free.sort_by_key(|&r| std::cmp::Reverse(shared.dir.first_use_order(r)));
     let next_seq = used.last().map_or(1, |&(_, s)| s + 1);
     for &(r, seq) in &used {
         shared.seqs[r as usize].store(seq, Ordering::Release);
@@ -160,11 +178,12 @@ pub(crate) fn recover(shared: &Shared) -> std::io::Result<Recovered> {
             Some(e) => e,
             None => {
                 let (e, damaged) = scan(shared, r, seq)?;
-                if damaged {
-                    shared.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                if damaged > 0 {
+                    shared.stats.corrupt.fetch_add(damaged, Ordering::Relaxed);
                     tracing::warn!(
                         region = r,
-                        "disk tier: a torn record at the end of the open region was dropped"
+                        damaged,
+                        "disk tier: torn or corrupt records in the open region were dropped"
                     );
                 }
                 e

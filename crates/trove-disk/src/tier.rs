@@ -14,7 +14,7 @@
 //!   any body being stored, and it never completes if its checksum fails.
 //! - **Removal.** Purges and invalidations reach both tiers; the disk keeps a tombstone.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -32,14 +32,72 @@ pub const WHOLE_LIMIT: u64 = 1 << 20;
 /// Memory-tier object ids whose current snapshot is on disk or queued for it.
 type Persisted = Arc<Mutex<HashSet<u64>>>;
 
+/// Objects promoted from disk kept this many at most in [`Recent`].
+const RECENT: usize = 1024;
+
+/// Objects just read from disk, so they are served even if the memory tier turns them
+/// away at once (a small memory tier, or S3-FIFO's probation queue evicting a newcomer to
+/// make room): a lookup falls back to these after a memory miss. Bounded, oldest out.
+#[derive(Default)]
+struct Recent {
+    map: HashMap<String, Vec<Arc<Object>>>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    fn add(&mut self, obj: Arc<Object>) {
+        let v = self.map.entry(obj.key.clone()).or_default();
+        v.retain(|o| o.variant != obj.variant);
+        if v.is_empty() {
+            self.order.push_back(obj.key.clone());
+        }
+        v.push(obj);
+        while self.order.len() > RECENT {
+            if let Some(k) = self.order.pop_front() {
+                self.map.remove(&k);
+            }
+        }
+    }
+
+    fn get(&self, key: &str) -> Vec<Arc<Object>> {
+        self.map.get(key).cloned().unwrap_or_default()
+    }
+
+    fn forget(&mut self, key: &str) {
+        if self.map.remove(key).is_some() {
+            self.order.retain(|k| k != key);
+        }
+    }
+}
+
+/// Body addresses of objects being promoted: the memory tier may evict them within the
+/// very insert that promotes them, and they are on disk already.
+type FromDisk = Arc<Mutex<HashSet<usize>>>;
+
 struct Demote {
     disk: Arc<DiskStore>,
     persisted: Persisted,
+    /// Ids of objects evicted while their body was still arriving: written to disk when it
+    /// completes (`Tiered::recharge`), as they would have been had they stayed.
+    arriving: Persisted,
+    from_disk: FromDisk,
 }
 
 impl EvictionHook for Demote {
     fn evicted(&self, obj: Arc<Object>) {
-        if !self.persisted.lock().remove(&obj.id()) {
+        if self.persisted.lock().remove(&obj.id()) {
+            return;
+        }
+        if self
+            .from_disk
+            .lock()
+            .contains(&(Arc::as_ptr(&obj.body) as usize))
+        {
+            return;
+        }
+        if obj.body.outcome().is_none() {
+            self.arriving.lock().insert(obj.id());
+        } else {
             self.disk.write(&obj);
         }
     }
@@ -56,6 +114,9 @@ pub struct Tiered {
     memory: MemoryStore,
     disk: Arc<DiskStore>,
     persisted: Persisted,
+    arriving: Persisted,
+    from_disk: FromDisk,
+    recent: Mutex<Recent>,
 }
 
 impl std::fmt::Debug for Tiered {
@@ -72,14 +133,21 @@ impl Tiered {
     pub fn new(memory: MemoryStore, disk: DiskStore) -> Tiered {
         let disk = Arc::new(disk);
         let persisted: Persisted = Arc::default();
+        let arriving: Persisted = Arc::default();
+        let from_disk: FromDisk = Arc::default();
         let memory = memory.with_eviction_hook(Arc::new(Demote {
             disk: Arc::clone(&disk),
             persisted: Arc::clone(&persisted),
+            arriving: Arc::clone(&arriving),
+            from_disk: Arc::clone(&from_disk),
         }));
         Tiered {
             memory,
             disk,
             persisted,
+            arriving,
+            from_disk,
+            recent: Mutex::default(),
         }
     }
 
@@ -89,7 +157,7 @@ impl Tiered {
 
     /// True when a memory miss for `key` should be tried on disk first (no I/O).
     pub fn should_promote(&self, key: &str) -> bool {
-        self.disk.may_hold(key) && self.memory.lookup(key).is_empty()
+        self.disk.may_hold(key) && self.lookup(key).is_empty()
     }
 
     /// Loads `key`'s variants from disk into memory (blocking I/O). Small bodies arrive
@@ -97,28 +165,28 @@ impl Tiered {
     pub fn promote(&self, key: &str) -> Vec<Fill> {
         let mut fills = Vec::new();
         for l in self.disk.load(key, WHOLE_LIMIT) {
-            if self
-                .memory
-                .lookup(key)
-                .iter()
-                .any(|o| o.variant == l.variant)
-            {
+            if self.lookup(key).iter().any(|o| o.variant == l.variant) {
                 continue; // Promoted by another request meanwhile, or fetched anew.
             }
             let (body, stream) = match l.body {
                 LoadedBody::Whole(b) => (Body::complete(b), None),
                 LoadedBody::Stream(s) => (Body::new(Some(s.len())), Some(s)),
             };
+            let at = Arc::as_ptr(&body) as usize;
+            self.from_disk.lock().insert(at);
             let obj = Object::new(l.key, l.variant, l.head, body);
-            let Ok(obj) = self.memory.insert(obj) else {
+            let inserted = self.memory.insert(obj);
+            self.from_disk.lock().remove(&at);
+            let Ok(obj) = inserted else {
                 continue;
             };
-            match stream {
+            if self.memory.holds(&obj) && stream.is_none() {
                 // Already on disk, as it is: no need to write it again when evicted.
-                None => {
-                    self.persisted.lock().insert(obj.id());
-                }
-                Some(stream) => fills.push(Fill { obj, stream }),
+                self.persisted.lock().insert(obj.id());
+            }
+            self.recent.lock().add(Arc::clone(&obj));
+            if let Some(stream) = stream {
+                fills.push(Fill { obj, stream });
             }
         }
         fills
@@ -174,10 +242,15 @@ impl Tiered {
 
 impl Storage for Tiered {
     fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
-        self.memory.lookup(key)
+        let found = self.memory.lookup(key);
+        if found.is_empty() {
+            return self.recent.lock().get(key);
+        }
+        found
     }
 
     fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused> {
+        self.recent.lock().forget(&obj.key);
         if let Some(old) = self
             .memory
             .lookup(&obj.key)
@@ -205,6 +278,7 @@ impl Storage for Tiered {
 
     fn remove(&self, key: &str, why: Removal) -> usize {
         self.forget(key);
+        self.recent.lock().forget(key);
         let on_disk = self.disk.may_hold(key);
         let n = self.memory.remove(key, why);
         self.disk.remove(key, None);
@@ -217,6 +291,13 @@ impl Storage for Tiered {
 
     fn remove_object(&self, obj: &Object, why: Removal) -> bool {
         self.persisted.lock().remove(&obj.id());
+        self.arriving.lock().remove(&obj.id());
+        {
+            let mut recent = self.recent.lock();
+            if recent.get(&obj.key).iter().any(|o| o.id() == obj.id()) {
+                recent.forget(&obj.key);
+            }
+        }
         if matches!(why, Removal::Invalidated | Removal::Purged) {
             self.disk.remove(&obj.key, Some(&obj.variant));
         }
@@ -228,6 +309,13 @@ impl Storage for Tiered {
     }
 
     fn recharge(&self, obj: &Object) {
+        if obj.body.outcome().is_some() && self.arriving.lock().remove(&obj.id()) {
+            // Evicted while arriving, now complete: demoted as it would have been.
+            if obj.body.outcome() == Some(Ok(())) {
+                self.disk.write(obj);
+            }
+            return;
+        }
         self.memory.recharge(obj);
         if obj.body.outcome() == Some(Ok(())) && !self.persisted.lock().contains(&obj.id()) {
             if let Some(stored) = self

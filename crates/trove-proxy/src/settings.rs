@@ -109,6 +109,79 @@ pub struct CacheSettings {
     pub cookies: trove_cache::CookiePolicy,
     /// `[cache.abort]`: whether to finish a fetch whose clients have all gone.
     pub abort: AbortSettings,
+    /// `[cache.disk]`: the disk tier under the memory tier; none unless configured.
+    pub disk: Option<DiskSettings>,
+}
+
+/// `[cache.disk]`, the disk tier (see `trove_disk`): where, how much, how often synced.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSettings {
+    /// The cache directory, or a list of them (one per disk); the budget is split evenly.
+    #[serde(deserialize_with = "de_paths")]
+    pub path: Vec<std::path::PathBuf>,
+    /// Bytes of disk over all paths; a unit is required (`"10GiB"`).
+    #[serde(deserialize_with = "de_size_with_unit")]
+    pub size: u64,
+    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
+    /// loss can take (a `kill -9` takes only what was still queued). Default 1s.
+    #[serde(
+        default = "DiskSettings::default_sync",
+        deserialize_with = "de_duration_with_unit"
+    )]
+    pub sync_interval: Duration,
+    /// The unit of writing and of reclaiming space. Default 16MiB; 64KiB to 128MiB.
+    #[serde(
+        default = "DiskSettings::default_region",
+        deserialize_with = "de_size_with_unit"
+    )]
+    pub region_size: u64,
+    /// `"fifo-reinsert"` (default: keep what was hit when its region is reclaimed) or `"fifo"`.
+    #[serde(default, deserialize_with = "de_reclaim")]
+    pub reclaim: trove_disk::Reclaim,
+}
+
+impl DiskSettings {
+    fn default_sync() -> Duration {
+        Duration::from_secs(1)
+    }
+    fn default_region() -> u64 {
+        16 << 20
+    }
+
+    /// The disk tier's own config.
+    pub fn config(&self) -> trove_disk::DiskConfig {
+        trove_disk::DiskConfig {
+            paths: self.path.clone(),
+            budget: self.size,
+            region_size: self.region_size,
+            sync_interval: self.sync_interval,
+            reclaim: self.reclaim,
+            queue_bytes: 64 << 20,
+        }
+    }
+}
+
+fn de_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<std::path::PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(std::path::PathBuf),
+        Many(Vec<std::path::PathBuf>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(p) => vec![p],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+fn de_reclaim<'de, D: Deserializer<'de>>(d: D) -> Result<trove_disk::Reclaim, D::Error> {
+    let s = String::deserialize(d)?;
+    trove_disk::Reclaim::parse(&s).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown reclaim policy {s:?} (use \"fifo-reinsert\" or \"fifo\")"
+        ))
+    })
 }
 
 /// `[cache.abort]`, the abort policy (see `trove_cache::abort`): when every client of a
@@ -153,6 +226,7 @@ impl Default for CacheSettings {
             heuristic_max: Duration::from_secs(86_400),
             cookies: trove_cache::CookiePolicy::default(),
             abort: AbortSettings::default(),
+            disk: None,
         }
     }
 }
@@ -444,6 +518,22 @@ impl Settings {
         }
         if self.cache.memory < 1 << 20 {
             return Err("cache.memory: at least 1MiB".into());
+        }
+        if let Some(d) = &self.cache.disk {
+            if d.path.is_empty() {
+                return Err("cache.disk.path: at least one directory is needed".into());
+            }
+            if !(64 << 10..=128 << 20).contains(&d.region_size) {
+                return Err("cache.disk.region_size: between 64KiB and 128MiB".into());
+            }
+            if d.size / d.path.len() as u64 / d.region_size < 3 {
+                return Err(
+                    "cache.disk.size: at least 3 regions (cache.disk.region_size) per path".into(),
+                );
+            }
+            if d.sync_interval.is_zero() {
+                return Err("cache.disk.sync_interval: must be greater than 0".into());
+            }
         }
         if self.cache.stream_buffer == 0 {
             return Err("cache.stream_buffer: must be greater than 0".into());
