@@ -89,13 +89,19 @@ impl Table {
         }
     }
 
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
+        }
     }
 
     fn home(&self, tag: u32) -> usize {
-        // Fibonacci hashing of the tag: recomputable from the tag alone when growing.
-        (tag.wrapping_mul(0x9E37_79B9) as usize).rotate_left(7) & self.mask()
+        // Any table size (growth by a quarter keeps tables 72-90% full): the mixed tag
+        // scaled to the size (Lemire's fast range), recomputable from the tag alone.
+        let mixed = tag.wrapping_mul(0x9E37_79B9).rotate_left(13) as u64;
+        ((mixed * self.slots.len() as u64) >> 32) as usize
     }
 
     fn find(&self, tag: u32) -> Option<usize> {
@@ -107,7 +113,7 @@ impl Table {
             match self.slots[i][0] {
                 EMPTY => return None,
                 t if t == tag => return Some(i),
-                _ => i = (i + 1) & self.mask(),
+                _ => i = self.next(i),
             }
         }
     }
@@ -133,7 +139,7 @@ impl Table {
         }
         let mut i = self.home(tag);
         while self.slots[i][0] != EMPTY {
-            i = (i + 1) & self.mask();
+            i = self.next(i);
         }
         self.slots[i] = [tag, loc.0 as u32, (loc.0 >> 32) as u32];
         self.len += 1;
@@ -141,12 +147,15 @@ impl Table {
     }
 
     fn grow(&mut self) {
-        let cap = (self.slots.len() * 2).max(8);
+        self.resize((self.slots.len() + self.slots.len() / 4).max(8));
+    }
+
+    fn resize(&mut self, cap: usize) {
         let old = std::mem::replace(&mut self.slots, vec![[EMPTY; 3]; cap]);
         for s in old.into_iter().filter(|s| s[0] != EMPTY) {
             let mut i = self.home(s[0]);
             while self.slots[i][0] != EMPTY {
-                i = (i + 1) & self.mask();
+                i = self.next(i);
             }
             self.slots[i] = s;
         }
@@ -155,10 +164,9 @@ impl Table {
     /// Removes slot `i`, shifting back the entries of its probe run.
     fn remove_at(&mut self, mut i: usize) {
         self.len -= 1;
-        let mask = self.mask();
         loop {
             self.slots[i] = [EMPTY; 3];
-            let mut j = (i + 1) & mask;
+            let mut j = self.next(i);
             loop {
                 let t = self.slots[j][0];
                 if t == EMPTY {
@@ -176,7 +184,7 @@ impl Table {
                     i = j;
                     break;
                 }
-                j = (j + 1) & mask;
+                j = self.next(j);
             }
         }
     }
@@ -200,6 +208,24 @@ impl Default for Index {
 impl Index {
     fn shard(&self, fp: u64) -> &Mutex<Table> {
         &self.shards[(fp >> (64 - SHARD_BITS)) as usize]
+    }
+
+    /// Sizes the tables for `n` objects in all (recovery knows how many are coming), so
+    /// they are filled to about 80% without growing on the way.
+    pub fn reserve(&self, n: u64) {
+        let per_shard = (n >> SHARD_BITS) as usize;
+        let want = per_shard + per_shard / 4 + 8;
+        for s in &self.shards {
+            let mut t = s.lock();
+            if t.slots.len() < want {
+                t.resize(want);
+            }
+        }
+    }
+
+    /// The shard of `fp` (recovery inserts a region's entries shard by shard).
+    pub fn shard_of(fp: u64) -> usize {
+        (fp >> (64 - SHARD_BITS)) as usize
     }
 
     /// Points `fp` at `loc`; returns where it was.
