@@ -21,6 +21,7 @@ use crate::deliver;
 use crate::lookup;
 use crate::memo::PassMemo;
 use crate::outcome::Outcome;
+use crate::partial;
 use crate::request::{Request, ResponseHead};
 use crate::respond::{self, OnFailure, OnResponse, OnValidation};
 use crate::status::{CacheStatus, Fwd, OriginFailure};
@@ -156,12 +157,23 @@ impl Engine {
                 for k in keys {
                     self.store.remove(&k, Removal::Invalidated);
                 }
-                served(
-                    Outcome::Miss,
-                    ans.status,
-                    CacheStatus::forward(Fwd::Method).with_fwd_status(ans.status.as_u16()),
-                    steps,
-                )
+                let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
+                let head = response_head(&ans, &headers, r.now);
+                let max = self.store.max_object();
+                let status = match respond::after_pass(r.core(), r.key, &head, self.rules(), max) {
+                    OnResponse::Store { object, status, .. } => {
+                        match self.store_whole(*object, &ans) {
+                            Ok(_) => {
+                                steps.push(Step::Store);
+                                self.memo.forget(r.key);
+                                status
+                            }
+                            Err(why) => respond::refused(status, why),
+                        }
+                    }
+                    OnResponse::Pass { status, .. } => status,
+                };
+                served(Outcome::Miss, ans.status, status, steps)
             }
         }
     }
@@ -275,6 +287,14 @@ impl Engine {
         origin: &mut dyn Origin,
         steps: Vec<Step>,
     ) -> Served {
+        if f.fwd == Fwd::VaryMiss {
+            let stored = self.store.lookup(r.key);
+            if let Some(c) = partial::completion(&stored, r.core()) {
+                if let Some(s) = self.complete(r, &c, origin, steps.clone()) {
+                    return s;
+                }
+            }
+        }
         let fwd = Forward {
             method: r.method,
             key: r.key,
@@ -290,6 +310,55 @@ impl Engine {
             return self.deliver(r, &obj, Outcome::RefreshFailOld, status, steps);
         }
         self.store_or_pass(r, &ans, f.fwd, f.outcome, steps)
+    }
+
+    /// Asks for the range a stored partial lacks, stores it, combines and serves (as the
+    /// proxy's driver does); `None` when the answer can't be used so.
+    fn complete(
+        &mut self,
+        r: &Req<'_>,
+        c: &partial::Completion,
+        origin: &mut dyn Origin,
+        mut steps: Vec<Step>,
+    ) -> Option<Served> {
+        let f = Forward {
+            method: r.method,
+            key: r.key,
+            headers: decide::forward_fields(
+                r.headers.clone(),
+                Conditionals::Strip,
+                Some(&c.fields),
+            ),
+        };
+        let ans = match origin.fetch(&f) {
+            Ok(a) => a,
+            Err(e) => return Some(self.failed(r, None, Fwd::Partial, Outcome::Miss, e, steps)),
+        };
+        match partial::after_completion(c, ans.status, &ans.headers) {
+            partial::OnCompletion::Part => {}
+            partial::OnCompletion::Other => {
+                return Some(self.store_or_pass(r, &ans, Fwd::Partial, Outcome::Miss, steps))
+            }
+        }
+        let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
+        let head = response_head(&ans, &headers, r.now);
+        let max = self.store.max_object();
+        let OnResponse::Store { object, .. } =
+            respond::after_fetch(r.core(), r.key, &head, self.rules(), Fwd::Partial, max)
+        else {
+            return None;
+        };
+        self.store_whole(*object, &ans).ok()?;
+        steps.push(Step::Store);
+        partial::combine(&*self.store, &self.policy, r.key);
+        match lookup::lookup(&*self.store, r.key, r.core(), &self.policy, r.now) {
+            lookup::Lookup::Found(obj, reuse)
+                if !matches!(reuse, trove_http::Reuse::Unusable { .. }) =>
+            {
+                Some(self.deliver(r, &obj, Outcome::Miss, partial::completed_status(), steps))
+            }
+            _ => None,
+        }
     }
 
     fn failed(

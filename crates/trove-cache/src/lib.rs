@@ -22,7 +22,7 @@
 //!        │                    │                 Fetch (lead / join collapsed) ─► after_fetch
 //!        │                    │                                         │  Store ─► deliver stored
 //!        ▼                    ▼                                         │  Pass ──► deliver origin
-//!     deliver ◄───────────────┘               origin failed ─► after_failure: stale-if-error or 502/503/504
+//!     deliver ◄───────────────┘               origin failed ─► after_failure: stale-if-error, stale-disconnected or 502/503/504
 //! ```
 //!
 //! Each arrow is a function here ([`decide::entry`], [`lookup::lookup`],
@@ -65,7 +65,7 @@ pub use decide::{Action, Collapse, Conditionals, Entry, Fetch, Memo, Rules};
 pub use lookup::Lookup;
 pub use outcome::Outcome;
 pub use request::{Request, ResponseHead};
-pub use status::{CacheStatus, Detail, Fwd, OriginFailure, ShedReason, CACHE_STATUS};
+pub use status::{CacheStatus, Detail, Fwd, OriginFailure, ShedReason, StaleServed, CACHE_STATUS};
 pub use step::Step;
 
 use http::Method;

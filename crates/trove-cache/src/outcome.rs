@@ -98,6 +98,38 @@ impl Outcome {
         )
     }
 
+    /// Whether the request was one a cache could answer: a lookup that hit or missed. Not
+    /// tunnels, refusals, purges, shed requests or malformed ones (the status page's hit
+    /// ratios are over these).
+    pub fn is_cacheable_traffic(self) -> bool {
+        !matches!(
+            self,
+            Outcome::Denied | Outcome::Tunnel | Outcome::Purge | Outcome::Shed | Outcome::None
+        )
+    }
+
+    /// What the code means, in a sentence (the status page's legend).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Outcome::MemHit => "a fresh stored response, served from memory",
+            Outcome::CollapsedHit => "served from a fetch another client had started",
+            Outcome::ImsHit => "the client's conditional request answered 304 from the cache",
+            Outcome::NegativeHit => "a stored error response (404, 410 …) served",
+            Outcome::StaleHit => "a stale response served while it is revalidated behind",
+            Outcome::Miss => "nothing usable stored: fetched from the origin",
+            Outcome::ClientRefreshMiss => "the client asked to bypass the cache (reload)",
+            Outcome::RefreshUnmodified => "revalidated with the origin: not modified",
+            Outcome::RefreshModified => "revalidated with the origin: a new response",
+            Outcome::RefreshFailOld => "the origin failed; the stale response was served",
+            Outcome::RefreshFailErr => "the origin failed during revalidation; error passed on",
+            Outcome::Denied => "refused by the access rules",
+            Outcome::Tunnel => "a CONNECT tunnel",
+            Outcome::Purge => "a PURGE",
+            Outcome::Shed => "shed under overload: 503 at once instead of queueing",
+            Outcome::None => "malformed request, or answered by the proxy itself",
+        }
+    }
+
     /// The position in [`Outcome::ALL`] (metrics index counters by it).
     pub fn index(self) -> usize {
         Outcome::ALL.iter().position(|o| *o == self).unwrap_or(0)

@@ -7,7 +7,9 @@ use std::time::SystemTime;
 use http::header;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use trove_http::connection::strip_connection_fields;
-use trove_http::{stale_if_error_allows, storability, variant_key, NotStorable, Vary};
+use trove_http::{
+    disconnected_allows, stale_if_error_allows, storability, variant_key, NotStorable, Vary,
+};
 use trove_store::{Body, Object, ObjectHead, Refused};
 
 use crate::cookie::StoreCookies;
@@ -179,6 +181,48 @@ pub fn after_fetch(
     }
 }
 
+/// The response to a request the cache passed on (an unsafe method, after its
+/// [`invalidations`]): stored as the target's GET response when it may be — a POST's answer
+/// with explicit freshness whose `Content-Location` is the target itself (RFC 9110 §9.3.3,
+/// RFC 9111 §4), which a later GET may then reuse — else sent on.
+pub fn after_pass(
+    req: Request<'_>,
+    key: &str,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    max_object: u64,
+) -> OnResponse {
+    let status = CacheStatus::forward(Fwd::Method).with_fwd_status(resp.status.as_u16());
+    let pass = OnResponse::Pass {
+        status,
+        remember: false,
+    };
+    if *req.method != Method::POST {
+        return pass;
+    }
+    let Ok(target) = trove_http::Target::parse(key) else {
+        return pass;
+    };
+    let reusable = trove_http::post_reusable_for_get(
+        rules.policy,
+        &target,
+        req.headers,
+        resp.status,
+        resp.headers,
+    );
+    if reusable.is_err() {
+        return pass;
+    }
+    let as_get = Request::new(&Method::GET, req.headers);
+    match after_fetch(as_get, key, resp, rules, Fwd::Method, max_object) {
+        store @ OnResponse::Store { .. } => store,
+        OnResponse::Pass { status, .. } => OnResponse::Pass {
+            status,
+            remember: false,
+        },
+    }
+}
+
 /// The store refused an object [`after_fetch`] wanted stored: it is passed instead.
 pub fn refused(status: CacheStatus, why: Refused) -> CacheStatus {
     CacheStatus {
@@ -302,7 +346,8 @@ pub fn stale_on_server_error(
 /// What the client gets when the origin could not be reached.
 #[derive(Debug)]
 pub enum OnFailure {
-    /// Serve the stale stored response (stale-if-error).
+    /// Serve the stale stored response (stale-if-error, or disconnected within
+    /// `max_stale`).
     ServeStale {
         obj: Arc<Object>,
         status: CacheStatus,
@@ -319,7 +364,11 @@ pub enum OnFailure {
 /// load, 502 otherwise (what Squid and nginx answer).
 pub fn failure_status(f: OriginFailure) -> StatusCode {
     match f {
-        OriginFailure::ConnectionTimeout | OriginFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        // RFC 9209's recommended codes: 504 for every timeout, 502 for the rest (a name that
+        // does not resolve included, as nginx answers it).
+        OriginFailure::ConnectionTimeout | OriginFailure::Timeout | OriginFailure::DnsTimeout => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
         OriginFailure::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     }
@@ -364,11 +413,27 @@ pub fn after_failure(
             status: stale_if_error(fwd),
         };
     }
+    // Disconnected (RFC 9111 §4.2.4): the origin could not be reached at all, so a stale
+    // response within `max_stale` is better than an error, unless a directive forbids it.
+    if failure.is_disconnected()
+        && disconnected_allows(rules.policy, &stored_view(obj), req.headers, now)
+    {
+        return OnFailure::ServeStale {
+            obj: Arc::clone(obj),
+            status: CacheStatus {
+                hit: true,
+                fwd: Some(fwd),
+                ..CacheStatus::default()
+            }
+            .with_detail(Detail::StaleDisconnected),
+        };
+    }
     if overloaded {
         return shed;
     }
-    // A stored response needed validating and the origin could not be reached: RFC 9111
-    // §5.2.2.2 and §4.2.4 ask for a generated error, 504 by preference, not the stale one.
+    // A stored response needed validating, the origin could not be reached and a directive
+    // (or the bound) forbids the stale one: RFC 9111 §5.2.2.2 and §4.2.4 ask for a
+    // generated error, 504 by preference.
     OnFailure::Error {
         status: StatusCode::GATEWAY_TIMEOUT,
         outcome: Outcome::RefreshFailErr,

@@ -29,6 +29,8 @@ pub enum Fwd {
     Request,
     /// The stored response was stale (or `no-cache`) and had to be validated or refetched.
     Stale,
+    /// Only part of the response was stored: the rest was asked for (RFC 9111 §3.4).
+    Partial,
 }
 
 impl Fwd {
@@ -41,6 +43,7 @@ impl Fwd {
             Fwd::Miss => "miss",
             Fwd::Request => "request",
             Fwd::Stale => "stale",
+            Fwd::Partial => "partial",
         }
     }
 }
@@ -74,6 +77,10 @@ impl ShedReason {
 /// What went wrong talking to the origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OriginFailure {
+    /// The origin's name did not resolve (RFC 9209 `dns_error`).
+    DnsError,
+    /// The name servers did not answer in time (RFC 9209 `dns_timeout`).
+    DnsTimeout,
     ConnectionRefused,
     ConnectionTimeout,
     /// Not sent: the request was shed (answered 503 at once) to keep the origin's queue
@@ -90,6 +97,8 @@ pub enum OriginFailure {
 impl OriginFailure {
     pub fn as_str(self) -> &'static str {
         match self {
+            OriginFailure::DnsError => "dns-error",
+            OriginFailure::DnsTimeout => "dns-timeout",
             OriginFailure::ConnectionRefused => "connection-refused",
             OriginFailure::ConnectionTimeout => "connection-timeout",
             OriginFailure::Overloaded(why) => why.as_str(),
@@ -97,6 +106,22 @@ impl OriginFailure {
             OriginFailure::ConnectionClosed => "connection-closed",
             OriginFailure::ProtocolError => "http-protocol-error",
         }
+    }
+
+    /// Whether the origin could not be reached at all: its name did not resolve, the
+    /// connection was refused, reset or closed, or it was silent past a timeout (RFC 9111
+    /// §4.2.4's disconnected cache). A shed request never went out, and an origin speaking
+    /// broken HTTP was reached: neither counts.
+    pub fn is_disconnected(self) -> bool {
+        matches!(
+            self,
+            OriginFailure::DnsError
+                | OriginFailure::DnsTimeout
+                | OriginFailure::ConnectionRefused
+                | OriginFailure::ConnectionTimeout
+                | OriginFailure::Timeout
+                | OriginFailure::ConnectionClosed
+        )
     }
 }
 
@@ -107,6 +132,9 @@ pub enum Detail {
     Stale(StaleReason),
     /// A stale response served because the origin failed (RFC 5861 §4).
     StaleIfError,
+    /// A stale response served because the origin could not be reached (RFC 9111
+    /// §4.2.4), within `[cache] max_stale`.
+    StaleDisconnected,
     /// The origin's response could not be stored, and why.
     NotStorable(NotStorable),
     /// Larger than the store's object size limit.
@@ -128,6 +156,7 @@ impl Detail {
         match self {
             Detail::Stale(r) => r.as_str(),
             Detail::StaleIfError => "stale-if-error",
+            Detail::StaleDisconnected => "stale-disconnected",
             Detail::NotStorable(n) => n.as_str(),
             Detail::TooLarge => "too-large",
             Detail::NotAdmitted => "not-admitted",
@@ -135,6 +164,37 @@ impl Detail {
             Detail::RequestCookie => "request-cookie",
             Detail::Origin(f) => f.as_str(),
             Detail::OnlyIfCached => "only-if-cached",
+        }
+    }
+}
+
+/// Why a stale stored response was served, for the metrics (one counter each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StaleServed {
+    /// The client allowed it (`max-stale`).
+    MaxStale,
+    /// Within `stale-while-revalidate`, refreshed behind it.
+    StaleWhileRevalidate,
+    /// The origin answered with a server error or failed (`stale-if-error`).
+    StaleIfError,
+    /// The origin could not be reached (RFC 9111 §4.2.4, `[cache] max_stale`).
+    Disconnected,
+}
+
+impl StaleServed {
+    pub const ALL: [StaleServed; 4] = [
+        StaleServed::MaxStale,
+        StaleServed::StaleWhileRevalidate,
+        StaleServed::StaleIfError,
+        StaleServed::Disconnected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StaleServed::MaxStale => "max-stale",
+            StaleServed::StaleWhileRevalidate => "stale-while-revalidate",
+            StaleServed::StaleIfError => "stale-if-error",
+            StaleServed::Disconnected => "disconnected",
         }
     }
 }
@@ -183,6 +243,22 @@ impl CacheStatus {
         self
     }
 
+    /// Whether (and why) this member says a stale response was served.
+    pub fn stale_served(&self) -> Option<StaleServed> {
+        if !self.hit {
+            return None;
+        }
+        match self.detail? {
+            Detail::Stale(StaleReason::MaxStale) => Some(StaleServed::MaxStale),
+            Detail::Stale(StaleReason::StaleWhileRevalidate) => {
+                Some(StaleServed::StaleWhileRevalidate)
+            }
+            Detail::StaleIfError => Some(StaleServed::StaleIfError),
+            Detail::StaleDisconnected => Some(StaleServed::Disconnected),
+            _ => None,
+        }
+    }
+
     /// The member as text: `trove; hit`, `trove; fwd=uri-miss; fwd-status=200; stored` …
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
@@ -229,6 +305,22 @@ impl CacheStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disconnected_means_the_origin_was_never_reached_9111_4_2_4() {
+        for f in [
+            OriginFailure::DnsError,
+            OriginFailure::DnsTimeout,
+            OriginFailure::ConnectionRefused,
+            OriginFailure::ConnectionTimeout,
+            OriginFailure::Timeout,
+            OriginFailure::ConnectionClosed,
+        ] {
+            assert!(f.is_disconnected(), "{}", f.as_str());
+        }
+        assert!(!OriginFailure::ProtocolError.is_disconnected());
+        assert!(!OriginFailure::Overloaded(ShedReason::QueueWait).is_disconnected());
+    }
 
     #[test]
     fn renders_rfc_9211_members() {

@@ -333,6 +333,11 @@ impl Storage for Tiered {
         self.memory.max_object()
     }
 
+    fn resize(&self, capacity: u64, max_object: u64) -> bool {
+        // The memory tier's budget; the disk's is fixed until the next start.
+        self.memory.resize(capacity, max_object)
+    }
+
     fn stats(&self) -> StoreStats {
         self.memory.stats()
     }

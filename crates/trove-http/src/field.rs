@@ -122,10 +122,10 @@ pub fn parse_delta_seconds(s: &str) -> Option<u64> {
 }
 
 /// Parses an HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, and the obsolete
-/// RFC 850 and asctime forms recipients must accept). Leading and trailing
-/// whitespace is tolerated; anything else that is not a date gives `None`.
+/// RFC 850 and asctime forms recipients must accept), leniently as §5.6.7
+/// recommends (see [`crate::date`]). Anything that is not a date gives `None`.
 pub fn parse_http_date(s: &str) -> Option<SystemTime> {
-    httpdate::parse_http_date(trim_ows(s)).ok()
+    crate::date::parse(trim_ows(s))
 }
 
 /// The HTTP-date in the single field line of `name`. Several lines, or a

@@ -19,8 +19,8 @@
 //! `http` supplies the vocabulary types (`Method`, `StatusCode`, `HeaderMap`,
 //! `HeaderName`, `HeaderValue`, `Uri`) that hyper and the proxy already use,
 //! so the proxy passes its own values in without conversion. `httpdate`
-//! parses all three HTTP-date formats recipients must accept (RFC 9110
-//! §5.6.7) with no further dependencies. Everything else (Cache-Control and
+//! formats HTTP-dates with no further dependencies; reading them is done here
+//! ([`date`]), since the RFC asks for more leniency than `httpdate` gives. Everything else (Cache-Control and
 //! Structured Field parsing, entity tags, ranges, URI keys) is small enough
 //! to write here against the RFC text.
 //!
@@ -36,9 +36,11 @@
 pub mod cache_control;
 pub mod connection;
 pub mod content_length;
+pub mod date;
 pub mod etag;
 pub mod field;
 pub mod freshness;
+pub mod interim;
 pub mod invalidate;
 pub mod key;
 pub mod policy;
@@ -58,8 +60,11 @@ pub use key::cache_key;
 pub use policy::{effective_response_cc, Policy, CDN_CACHE_CONTROL, TROVE_CACHE_CONTROL};
 pub use preconditions::{not_modified_headers, Precondition};
 pub use range::{content_range, ByteRange, PartialContent, RangeOutcome};
-pub use reuse::{reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse, ValidateReason};
-pub use storable::{storability, NotStorable};
+pub use reuse::{
+    disconnected_allows, reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse,
+    ValidateReason,
+};
+pub use storable::{post_reusable_for_get, storability, NotStorable};
 pub use target::{Target, TargetError};
 pub use validation::{conditional_headers, freshen_headers, selects};
 pub use vary::{variant_key, vary_matches, Vary};

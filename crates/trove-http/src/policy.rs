@@ -32,6 +32,11 @@ pub struct Policy {
     /// first (RFC 9213 §2.1). Empty in forward-proxy mode; reverse mode uses
     /// `[TROVE_CACHE_CONTROL, CDN_CACHE_CONTROL]` (see [`Policy::reverse_proxy`]).
     pub targeted_fields: Vec<HeaderName>,
+    /// How stale a stored response may be and still be served when the origin
+    /// cannot be reached at all (RFC 9111 §4.2.4 lets a disconnected cache
+    /// serve stale; Squid's `max_stale` bounds it, one week by default).
+    /// Zero turns it off.
+    pub max_stale: Duration,
 }
 
 impl Default for Policy {
@@ -41,6 +46,7 @@ impl Default for Policy {
             heuristic_fraction: 0.1,
             heuristic_max: Duration::from_secs(24 * 60 * 60),
             targeted_fields: Vec::new(),
+            max_stale: Duration::from_secs(7 * 24 * 60 * 60),
         }
     }
 }

@@ -317,6 +317,49 @@ pub fn stale_if_error_allows(
         }
 }
 
+/// When the origin cannot be reached at all (connection refused, reset,
+/// closed, timed out), may `stored` be served stale? RFC 9111 §4.2.4 lets a
+/// disconnected cache do so, within the operator's bound
+/// (`policy.max_stale`, Squid's `max_stale`).
+///
+/// Never when the response forbids stale service (`no-cache`,
+/// `must-revalidate`, and in a shared cache `proxy-revalidate` or
+/// `s-maxage`, §4.2.4 and §5.2.2), nor when the request's own directives
+/// ask for something a stale response can't be: `no-cache` (or `Pragma:
+/// no-cache`, §5.4), a `max-age` it is older than, or `min-fresh`
+/// (§5.2.1). A client's `max-stale` bound, if smaller, applies too.
+pub fn disconnected_allows(
+    policy: &Policy,
+    stored: &StoredResponse<'_>,
+    req_headers: &HeaderMap,
+    now: SystemTime,
+) -> bool {
+    if policy.max_stale.is_zero() {
+        return false;
+    }
+    let resp_cc = effective_response_cc(policy, stored.headers);
+    if resp_cc.no_cache.is_present() || resp_cc.forbids_stale(policy.shared) {
+        return false;
+    }
+    let req_cc = CacheControl::from_request(req_headers);
+    if req_cc.no_cache.is_present() || req_cc.min_fresh.is_some_and(|m| m > 0) {
+        return false;
+    }
+    let s = Staleness::of(policy, stored, now);
+    if req_cc
+        .max_age
+        .is_some_and(|m| m == 0 || s.age > Duration::from_secs(m))
+    {
+        return false;
+    }
+    let staleness = s.staleness();
+    let client_limit = match req_cc.max_stale {
+        Some(Some(l)) => Duration::from_secs(l),
+        _ => Duration::MAX,
+    };
+    staleness <= policy.max_stale.min(client_limit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,6 +670,59 @@ mod tests {
             response_time: at(T0),
         };
         stale_if_error_allows(&Policy::default(), &stored, request, at(T0 + after))
+    }
+
+    fn disconnected(cc: &str, request: &HeaderMap, after: u64, max_stale: u64) -> bool {
+        let resp = h(&[
+            (header::DATE, &format_http_date(at(T0))),
+            (header::CACHE_CONTROL, cc),
+        ]);
+        let empty = HeaderMap::new();
+        let stored = StoredResponse {
+            method: &Method::GET,
+            status: StatusCode::OK,
+            headers: &resp,
+            request_headers: &empty,
+            request_time: at(T0),
+            response_time: at(T0),
+        };
+        let policy = Policy {
+            max_stale: Duration::from_secs(max_stale),
+            ..Policy::default()
+        };
+        disconnected_allows(&policy, &stored, request, at(T0 + after))
+    }
+
+    #[test]
+    fn disconnected_cache_may_serve_stale_within_its_bound_9111_4_2_4() {
+        let none = HeaderMap::new();
+        assert!(disconnected("max-age=10", &none, 100, 3600));
+        assert!(disconnected("max-age=10", &none, 3610, 3600));
+        assert!(!disconnected("max-age=10", &none, 3611, 3600));
+        assert!(
+            !disconnected("max-age=10", &none, 100, 0),
+            "zero turns it off"
+        );
+        // The client's own max-stale bound, when smaller, holds too.
+        assert!(!disconnected("max-age=10", &req("max-stale=5"), 100, 3600));
+        assert!(disconnected("max-age=10", &req("max-stale=500"), 100, 3600));
+    }
+
+    #[test]
+    fn disconnected_never_overrides_explicit_directives_9111_4_2_4() {
+        let none = HeaderMap::new();
+        for cc in [
+            "max-age=10, must-revalidate",
+            "max-age=10, proxy-revalidate",
+            "s-maxage=10",
+            "max-age=10, no-cache",
+        ] {
+            assert!(!disconnected(cc, &none, 20, 3600), "{cc}");
+        }
+        for r in ["no-cache", "max-age=0", "max-age=15", "min-fresh=1"] {
+            assert!(!disconnected("max-age=10", &req(r), 20, 3600), "{r}");
+        }
+        assert!(disconnected("max-age=10", &req("max-age=60"), 20, 3600));
     }
 
     #[test]

@@ -145,6 +145,45 @@ pub fn storability(
     Ok(())
 }
 
+/// May a response to a POST of `target` be stored as the response to a GET of it? (RFC
+/// 9110 §9.3.3: a POST response is cacheable "only" with explicit freshness and a
+/// `Content-Location` equal to the POST's target URI; RFC 9111 §4 then lets it answer a
+/// later GET.) The one `Content-Location` is resolved against the target and normalised like
+/// every target before the comparison; a 200 or 203 with explicit freshness is required (no
+/// heuristic, no `public` alone), and then every rule for storing a GET response applies.
+pub fn post_reusable_for_get(
+    policy: &Policy,
+    target: &crate::Target,
+    req_headers: &HeaderMap,
+    status: StatusCode,
+    resp_headers: &HeaderMap,
+) -> Result<(), NotStorable> {
+    if !matches!(status.as_u16(), 200 | 203) {
+        return Err(NotStorable::Status);
+    }
+    let mut values = resp_headers.get_all(header::CONTENT_LOCATION).iter();
+    let names_target = match (values.next(), values.next()) {
+        (Some(v), None) => target
+            .key()
+            .parse::<http::Uri>()
+            .ok()
+            .zip(v.to_str().ok())
+            .and_then(|(base, v)| crate::invalidate::resolve_reference(&base, v))
+            .and_then(|u| crate::Target::from_absolute(&u).ok())
+            .is_some_and(|t| t == *target),
+        _ => false,
+    };
+    if !names_target {
+        return Err(NotStorable::Method);
+    }
+    let directives = effective_response_directives(policy, resp_headers);
+    let expires = directives.targeted.is_none() && resp_headers.contains_key(header::EXPIRES);
+    if !(expires || directives.cc.has_explicit_lifetime(policy.shared)) {
+        return Err(NotStorable::NoFreshness);
+    }
+    storability(policy, &Method::GET, req_headers, status, resp_headers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +196,58 @@ mod tests {
             m.append(n, HeaderValue::from_static(v));
         }
         m
+    }
+
+    #[test]
+    fn post_with_content_location_of_its_target_9110_9_3_3() {
+        let target = crate::Target::parse("http://example.com/a/doc?x=1").expect("target");
+        let post = |cl: &'static str, cc: &'static str| {
+            let resp = h(&[(header::CONTENT_LOCATION, cl), (header::CACHE_CONTROL, cc)]);
+            post_reusable_for_get(
+                &Policy::default(),
+                &target,
+                &HeaderMap::new(),
+                StatusCode::OK,
+                &resp,
+            )
+        };
+        for same in [
+            "http://example.com/a/doc?x=1",
+            "HTTP://EXAMPLE.com:80/a/./doc?x=1",
+            "/a/doc?x=1",
+            "doc?x=1",
+        ] {
+            assert_eq!(post(same, "max-age=60"), Ok(()), "{same}");
+        }
+        assert_eq!(post("/a/doc", "max-age=60"), Err(NotStorable::Method));
+        assert_eq!(
+            post("http://other.example/a/doc?x=1", "max-age=60"),
+            Err(NotStorable::Method)
+        );
+        assert_eq!(post("/a/doc?x=1", "public"), Err(NotStorable::NoFreshness));
+        assert_eq!(
+            post("/a/doc?x=1", "max-age=60, private"),
+            Err(NotStorable::Private)
+        );
+        assert_eq!(
+            post("/a/doc?x=1", "max-age=60, no-store"),
+            Err(NotStorable::NoStore)
+        );
+        let no_cl = h(&[(header::CACHE_CONTROL, "max-age=60")]);
+        let p = Policy::default();
+        let empty = HeaderMap::new();
+        assert_eq!(
+            post_reusable_for_get(&p, &target, &empty, StatusCode::OK, &no_cl),
+            Err(NotStorable::Method)
+        );
+        let created = h(&[
+            (header::CONTENT_LOCATION, "/a/doc?x=1"),
+            (header::CACHE_CONTROL, "max-age=60"),
+        ]);
+        assert_eq!(
+            post_reusable_for_get(&p, &target, &empty, StatusCode::CREATED, &created),
+            Err(NotStorable::Status)
+        );
     }
 
     fn check(req: &HeaderMap, status: u16, resp: &HeaderMap) -> Result<(), NotStorable> {

@@ -5,7 +5,13 @@
 //! with ", ", whitespace next to `,` and `;` (outside quoted strings) and
 //! empty list members are removed, and fields whose values are
 //! case-insensitive (`Accept-Encoding`, `Accept-Charset`, `Accept-Language`)
-//! are lowercased. Members are never reordered: order carries preference.
+//! are lowercased. In the weighted lists (those three and `Accept`, RFC 9110
+//! §12.4.2) a weight is written one way (`q=1.0` is no weight, `Q=0.50` is
+//! `q=0.5`) and members are put in order of weight, heaviest first: §4.1
+//! allows reordering members whose order carries no meaning, and between
+//! different weights it carries none. Members of equal weight keep their
+//! order, since clients give it meaning there (`en, fr`: English first,
+//! RFC 4647 §2.3).
 
 use http::{header, HeaderMap, HeaderName};
 
@@ -94,6 +100,69 @@ pub fn variant_key(vary: &Vary, req: &HeaderMap) -> String {
     key
 }
 
+/// Fields whose members carry a weight (RFC 9110 §12.4.2).
+fn weighted(name: &HeaderName) -> bool {
+    *name == header::ACCEPT || case_insensitive(name)
+}
+
+/// A `qvalue` (RFC 9110 §12.4.2) in thousandths, or `None` when malformed.
+fn qvalue(v: &[u8]) -> Option<u16> {
+    let (int, frac) = match v.iter().position(|b| *b == b'.') {
+        Some(i) => (&v[..i], &v[i + 1..]),
+        None => (v, &[][..]),
+    };
+    if int.len() != 1 || frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut thousandths = 0u16;
+    for i in 0..3 {
+        thousandths = thousandths * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
+    }
+    match int[0] {
+        b'0' => Some(thousandths),
+        b'1' if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// A member's weight in thousandths, with its weight parameter rewritten in one canonical
+/// form (dropped when it is 1). A member with a quoted string or a malformed weight is left
+/// as it is, weighing 1.
+fn canonical_weight(member: &mut Vec<u8>) -> u16 {
+    if member.contains(&b'"') {
+        return 1000;
+    }
+    let text = member.clone();
+    let mut params = text.split(|b| *b == b';');
+    let mut out: Vec<u8> = params.next().unwrap_or_default().to_vec();
+    let mut weight = 1000;
+    for p in params {
+        let q = match p {
+            [b'q' | b'Q', b'=', v @ ..] => qvalue(v),
+            _ => None,
+        };
+        match q {
+            Some(w) => {
+                weight = w;
+                if w < 1000 {
+                    let digits = format!("{:03}", w);
+                    out.extend_from_slice(b";q=0.");
+                    out.extend_from_slice(digits.trim_end_matches('0').as_bytes());
+                    if w == 0 {
+                        out.truncate(out.len() - 1);
+                    }
+                }
+            }
+            None => {
+                out.push(b';');
+                out.extend_from_slice(p);
+            }
+        }
+    }
+    *member = out;
+    weight
+}
+
 fn case_insensitive(name: &HeaderName) -> bool {
     *name == header::ACCEPT_ENCODING
         || *name == header::ACCEPT_CHARSET
@@ -148,6 +217,15 @@ pub fn normalised(req: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
         }
     }
     finish_member(&mut members, &mut current);
+    if weighted(name) {
+        let mut w: Vec<(u16, Vec<u8>)> = members
+            .into_iter()
+            .map(|mut m| (canonical_weight(&mut m), m))
+            .collect();
+        // Stable: members of equal weight keep their order.
+        w.sort_by_key(|m| std::cmp::Reverse(m.0));
+        members = w.into_iter().map(|(_, m)| m).collect();
+    }
     Some(members.join(&b","[..]))
 }
 
@@ -276,7 +354,7 @@ mod tests {
             &h(&[("accept-encoding", b"GZIP, Br")]),
             &h(&[("accept-encoding", b"gzip, br")])
         ));
-        // Order is significant and is not normalised away.
+        // Members of equal weight keep their order (RFC 4647 §2.3 gives it meaning).
         assert!(!vary_matches(
             &v,
             &h(&[("accept-encoding", b"br, gzip")]),
@@ -289,6 +367,45 @@ mod tests {
             &h(&[("user-agent", b"A")]),
             &h(&[("user-agent", b"a")])
         ));
+    }
+
+    #[test]
+    fn weighted_lists_are_ordered_by_weight_9111_4_1() {
+        let v = vary("Accept-Language");
+        let al = |s: &'static [u8]| h(&[("accept-language", s)]);
+        let a = al(b"en-GB, fr;q=0.5, de;q=0.3");
+        for same in [
+            &b"fr;q=0.50 , EN-gb,de;Q=0.300"[..],
+            b"de;q=0.3,en-gb;q=1.0,fr;q=0.5",
+            b"de;q=0.3, fr;q=0.5, en-gb;q=1",
+        ] {
+            let b = h(&[("accept-language", same)]);
+            assert!(
+                vary_matches(&v, &a, &b),
+                "{:?}",
+                String::from_utf8_lossy(same)
+            );
+            assert_eq!(variant_key(&v, &a), variant_key(&v, &b));
+        }
+        // Equal weights keep their order; different weights are different requests.
+        assert!(!vary_matches(&v, &al(b"en, fr"), &al(b"fr, en")));
+        assert!(!vary_matches(&v, &a, &al(b"en-gb, fr;q=0.4, de;q=0.3")));
+        assert!(vary_matches(&v, &al(b"*;q=0, en"), &al(b"en, *;q=0.000")));
+        // Media types keep their case and their parameters; only the weight moves.
+        let acc = vary("Accept");
+        assert!(vary_matches(
+            &acc,
+            &h(&[("accept", b"text/html;level=1;q=0.5, image/png")]),
+            &h(&[("accept", b"image/png;Q=1, text/html;level=1;q=0.500")])
+        ));
+        assert!(!vary_matches(
+            &acc,
+            &h(&[("accept", b"text/html;level=1")]),
+            &h(&[("accept", b"text/html;level=2")])
+        ));
+        // A malformed weight is kept as written, never guessed.
+        assert!(!vary_matches(&v, &al(b"en;q=2"), &al(b"en")));
+        assert!(!vary_matches(&v, &al(b"en;q=0.5x"), &al(b"en;q=0.5")));
     }
 
     #[test]

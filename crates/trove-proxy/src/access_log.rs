@@ -6,6 +6,12 @@
 //! [`FLUSH_EVERY`], so a request costs no system call and no thread wake-up; a slow disk never
 //! stalls a request. If the buffer grows past [`MAX_BUFFER`] lines are dropped and counted.
 //! `kill -9` loses at most the last interval of lines.
+//!
+//! Rotation: [`AccessLog::reopen`] (what `SIGUSR1` and `trove rotate` call) has the writer
+//! write out what it holds to the file it has open, then open the path again, so after
+//! `logrotate` renames the file the next lines go to a new one, as with nginx and Squid. If
+//! the path can't be opened the old file is kept and the failure is logged and counted.
+//! [`AccessLog::close`] writes out everything buffered and stops the writer (a graceful stop).
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -137,13 +143,18 @@ fn sanitize(s: &str) -> std::borrow::Cow<'_, str> {
 struct Inner {
     buf: Mutex<String>,
     stop: AtomicBool,
+    /// Set by [`AccessLog::reopen`], taken by the writer.
+    reopen: AtomicBool,
+    reopen_failed: AtomicU64,
 }
 
 /// Where log lines go.
 pub struct AccessLog {
     inner: Option<Arc<Inner>>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     dropped: AtomicU64,
+    /// What [`AccessLog::open`] was given.
+    target: String,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -161,34 +172,47 @@ impl AccessLog {
             "" => {
                 return Ok(AccessLog {
                     inner: None,
-                    writer: None,
+                    writer: Mutex::new(None),
                     dropped: AtomicU64::new(0),
+                    target: String::new(),
                 })
             }
             "-" => Box::new(std::io::stdout()),
-            path => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            path => Box::new(append_to(path)?),
         };
         let inner = Arc::new(Inner {
             buf: Mutex::new(String::with_capacity(64 * 1024)),
             stop: AtomicBool::new(false),
+            reopen: AtomicBool::new(false),
+            reopen_failed: AtomicU64::new(0),
         });
         let writer = Arc::clone(&inner);
+        let path = (target != "-").then(|| target.to_string());
         let handle = std::thread::Builder::new()
             .name("trove-access-log".into())
             .spawn(move || {
                 let mut spare = String::with_capacity(64 * 1024);
                 loop {
                     let stopping = writer.stop.load(Ordering::Acquire);
+                    let reopening = writer.reopen.swap(false, Ordering::AcqRel);
                     std::mem::swap(&mut *writer.buf.lock(), &mut spare);
                     if !spare.is_empty() {
                         let _ = out.write_all(spare.as_bytes());
                         let _ = out.flush();
                         spare.clear();
+                    }
+                    if reopening {
+                        if let Some(path) = &path {
+                            match append_to(path) {
+                                Ok(f) => out = Box::new(f),
+                                Err(e) => {
+                                    writer.reopen_failed.fetch_add(1, Ordering::Relaxed);
+                                    tracing::error!(
+                                        "log.access: cannot reopen {path:?}: {e}; still writing to the file open before"
+                                    );
+                                }
+                            }
+                        }
                     }
                     if stopping {
                         return;
@@ -198,9 +222,44 @@ impl AccessLog {
             })?;
         Ok(AccessLog {
             inner: Some(inner),
-            writer: Some(handle),
+            writer: Mutex::new(Some(handle)),
             dropped: AtomicU64::new(0),
+            target: target.to_string(),
         })
+    }
+
+    /// What the log was opened on (`"-"`, `""` or a path).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Writes out what is buffered, then opens the path again (log rotation). Returns at
+    /// once; the writer does it within moments.
+    pub fn reopen(&self) {
+        let Some(inner) = &self.inner else { return };
+        inner.reopen.store(true, Ordering::Release);
+        if let Some(w) = &*self.writer.lock() {
+            w.thread().unpark();
+        }
+    }
+
+    /// Times the path could not be opened again.
+    pub fn reopen_failures(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |i| i.reopen_failed.load(Ordering::Relaxed))
+    }
+
+    /// Writes out every buffered line and stops the writer; lines logged after this are
+    /// dropped. For a graceful stop (the process may exit without dropping the log).
+    pub fn close(&self) {
+        if let Some(inner) = &self.inner {
+            inner.stop.store(true, Ordering::Release);
+        }
+        if let Some(w) = self.writer.lock().take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
     }
 
     /// Appends one line.
@@ -225,14 +284,15 @@ impl AccessLog {
 impl Drop for AccessLog {
     fn drop(&mut self) {
         // Write what is buffered before going away.
-        if let Some(inner) = &self.inner {
-            inner.stop.store(true, Ordering::Release);
-        }
-        if let Some(w) = self.writer.take() {
-            w.thread().unpark();
-            let _ = w.join();
-        }
+        self.close();
     }
+}
+
+fn append_to(path: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -22,8 +22,10 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -42,10 +44,49 @@ const ACCEPT_WAKE: Duration = Duration::from_millis(250);
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_secs(1);
 
+/// The proxy's current generation, as the acceptors (and whoever else asks, like the admin
+/// listener) see it: a reload replaces it (see [`crate::lifecycle`]).
+#[derive(Debug, Default)]
+pub struct Current(RwLock<Weak<Shared>>);
+
+impl Current {
+    /// The current generation, while the proxy runs.
+    pub fn get(&self) -> Option<Arc<Shared>> {
+        self.0.read().upgrade()
+    }
+
+    fn set(&self, shared: &Arc<Shared>) {
+        *self.0.write() = Arc::downgrade(shared);
+    }
+}
+
+/// One listening socket's acceptor, as [`Running`] controls it.
+struct AcceptorHandle {
+    /// The address as configured (a reload compares these).
+    configured: SocketAddr,
+    bound: SocketAddr,
+    mode: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+}
+
 /// A started proxy: its bound addresses and shared state.
 pub struct Running {
+    /// The current generation (a reload replaces it).
     pub shared: Arc<Shared>,
     pub addrs: Vec<(Mode, SocketAddr)>,
+    current: Arc<Current>,
+    acceptors: Vec<AcceptorHandle>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// What a reload did.
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Config sections whose values changed.
+    pub changed: Vec<&'static str>,
+    /// Listeners started and stopped.
+    pub listening: Vec<SocketAddr>,
+    pub closed: Vec<SocketAddr>,
 }
 
 /// Binds every listener and starts accepting. Must be called inside a tokio runtime; the
@@ -60,28 +101,189 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
     // is only known once bound) before the first request is accepted.
     let mut bound = Vec::new();
     for l in &settings.listeners {
-        let listener = bind(l.addr, backlog)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", l.addr)))?;
-        let addr = listener.local_addr()?;
-        bound.push((listener, l.mode, addr));
+        bound.push((bind_named(l.addr, backlog)?, l.mode, l.addr));
     }
-    let own: Vec<SocketAddr> = bound.iter().map(|(_, _, a)| *a).collect();
+    let own: Vec<SocketAddr> = bound
+        .iter()
+        .map(|(l, _, _)| l.local_addr())
+        .collect::<io::Result<_>>()?;
     let shared = Arc::new(Shared::new(settings, &own)?);
-    let runtime = tokio::runtime::Handle::current();
-    let mut addrs = Vec::new();
-    for (listener, mode, addr) in bound {
-        addrs.push((mode, addr));
+    let current = Arc::new(Current::default());
+    current.set(&shared);
+    let mut running = Running {
+        shared,
+        addrs: Vec::new(),
+        current,
+        acceptors: Vec::new(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    for (listener, mode, configured) in bound {
+        running.spawn_acceptor(listener, mode, configured)?;
+    }
+    Ok(running)
+}
+
+fn bind_named(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    bind(addr, backlog)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+impl Running {
+    /// Who to ask for the current generation after reloads (the admin listener keeps one).
+    pub fn current(&self) -> Arc<Current> {
+        Arc::clone(&self.current)
+    }
+
+    fn spawn_acceptor(
+        &mut self,
+        listener: std::net::TcpListener,
+        mode: Mode,
+        configured: SocketAddr,
+    ) -> io::Result<()> {
+        let bound = listener.local_addr()?;
+        let handle = AcceptorHandle {
+            configured,
+            bound,
+            mode: Arc::new(AtomicU8::new(mode_code(mode))),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
         let acceptor = Acceptor {
             listener,
-            mode,
-            shared: Arc::downgrade(&shared),
-            runtime: runtime.clone(),
+            mode: Arc::clone(&handle.mode),
+            stop: Arc::clone(&handle.stop),
+            current: Arc::clone(&self.current),
+            runtime: self.runtime.clone(),
         };
         std::thread::Builder::new()
-            .name(format!("trove-accept-{}", addr.port()))
+            .name(format!("trove-accept-{}", bound.port()))
             .spawn(move || acceptor.run())?;
+        self.acceptors.push(handle);
+        self.refresh_addrs();
+        Ok(())
     }
-    Ok(Running { shared, addrs })
+
+    fn refresh_addrs(&mut self) {
+        self.addrs = self
+            .acceptors
+            .iter()
+            .map(|a| (mode_of(a.mode.load(Ordering::Relaxed)), a.bound))
+            .collect();
+    }
+
+    /// Applies `settings` while running (see [`crate::lifecycle`]): the store, its objects
+    /// and every open connection are kept. New listeners are bound before anything else
+    /// changes, and listeners no longer configured stop accepting. On an error nothing has
+    /// changed: the old settings go on running.
+    pub fn reload(&mut self, settings: Settings) -> Result<Reloaded, String> {
+        settings.validate()?;
+        let old = &self.shared.settings;
+        let backlog = effective_backlog(settings.limits.listen_backlog);
+        let mut fresh = Vec::new();
+        for l in &settings.listeners {
+            if !self.acceptors.iter().any(|a| a.configured == l.addr) {
+                let listener = bind_named(l.addr, backlog).map_err(|e| e.to_string())?;
+                fresh.push((listener, l.mode, l.addr));
+            }
+        }
+        let mut own: Vec<SocketAddr> = self
+            .acceptors
+            .iter()
+            .filter(|a| settings.listeners.iter().any(|l| l.addr == a.configured))
+            .map(|a| a.bound)
+            .collect();
+        for (l, _, _) in &fresh {
+            own.push(l.local_addr().map_err(|e| e.to_string())?);
+        }
+        let mut report = Reloaded::default();
+        for (name, changed) in [
+            ("listener", old.listeners != settings.listeners),
+            ("access", old.access != settings.access),
+            ("cache", old.cache != settings.cache),
+            ("limits", old.limits != settings.limits),
+            ("timeouts", old.timeouts != settings.timeouts),
+            ("origin_pool", old.origin_pool != settings.origin_pool),
+            ("connect", old.connect != settings.connect),
+            ("resolver", old.resolver != settings.resolver),
+            ("origin", old.origins != settings.origins),
+            ("log", old.log != settings.log),
+        ] {
+            if changed {
+                report.changed.push(name);
+            }
+        }
+        let next =
+            Arc::new(Shared::after(&self.shared, settings, &own).map_err(|e| e.to_string())?);
+        // From here on nothing fails: switch over.
+        self.shared.successor.set(Arc::clone(&next));
+        self.current.set(&next);
+        self.shared = next;
+        let wanted = self.shared.settings.listeners.clone();
+        self.acceptors
+            .retain(|a| match wanted.iter().find(|l| l.addr == a.configured) {
+                Some(l) => {
+                    a.mode.store(mode_code(l.mode), Ordering::Relaxed);
+                    true
+                }
+                None => {
+                    a.stop.store(true, Ordering::Release);
+                    report.closed.push(a.bound);
+                    false
+                }
+            });
+        for (listener, mode, configured) in fresh {
+            if let Ok(addr) = listener.local_addr() {
+                report.listening.push(addr);
+            }
+            self.spawn_acceptor(listener, mode, configured)
+                .map_err(|e| e.to_string())?;
+        }
+        self.refresh_addrs();
+        Ok(report)
+    }
+
+    /// Stops gracefully (see [`crate::lifecycle`]): stops accepting, closes idle
+    /// connections, lets requests in flight finish for at most `bound`, then writes out the
+    /// access log. Returns how many connections were still open at the end.
+    pub async fn stop(&self, bound: Duration) -> u64 {
+        self.shared.lifecycle.begin_stop();
+        for a in &self.acceptors {
+            a.stop.store(true, Ordering::Release);
+        }
+        let deadline = tokio::time::Instant::now() + bound;
+        let open = || {
+            self.shared
+                .metrics
+                .client_open
+                .load(Ordering::Relaxed)
+                .max(0) as u64
+        };
+        while open() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = open();
+        self.shared.log.close();
+        left
+    }
+
+    /// Reopens the access log (log rotation).
+    pub fn reopen_log(&self) {
+        self.shared.log.reopen();
+    }
+}
+
+fn mode_code(mode: Mode) -> u8 {
+    match mode {
+        Mode::Forward => 0,
+        Mode::Reverse => 1,
+    }
+}
+
+fn mode_of(code: u8) -> Mode {
+    if code == 1 {
+        Mode::Reverse
+    } else {
+        Mode::Forward
+    }
 }
 
 /// The kernel silently caps a listen backlog at `net.core.somaxconn`: say so when it will.
@@ -121,8 +323,12 @@ fn bind(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
 /// One listening socket's thread.
 struct Acceptor {
     listener: std::net::TcpListener,
-    mode: Mode,
-    shared: Weak<Shared>,
+    /// A reload may change it ([`mode_code`]).
+    mode: Arc<AtomicU8>,
+    /// Set when a reload removed this listener or the proxy is stopping: the thread ends and
+    /// the socket closes.
+    stop: Arc<AtomicBool>,
+    current: Arc<Current>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -164,7 +370,7 @@ impl Acceptor {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if fd_limit::is_exhaustion(&e) => {
-                    let Some(shared) = self.shared.upgrade() else {
+                    let Some(shared) = self.current.get() else {
                         return;
                     };
                     if !batch.is_empty() {
@@ -202,7 +408,10 @@ impl Acceptor {
                     }
                 }
             }
-            let Some(shared) = self.shared.upgrade() else {
+            if self.stop.load(Ordering::Acquire) {
+                return; // the batch is dropped: those connections close
+            }
+            let Some(shared) = self.current.get() else {
                 return;
             };
             self.hand_off(std::mem::take(&mut batch), shared);
@@ -218,7 +427,7 @@ impl Acceptor {
             tv_nsec: ACCEPT_WAKE.as_nanos() as _,
         };
         let _ = poll(&mut fds, Some(&wake));
-        self.shared.strong_count() > 0
+        !self.stop.load(Ordering::Acquire) && self.current.get().is_some()
     }
 
     /// Checks the connection limit and starts serving `batch` on the runtime.
@@ -243,7 +452,7 @@ impl Acceptor {
         if admitted.is_empty() {
             return;
         }
-        let mode = self.mode;
+        let mode = mode_of(self.mode.load(Ordering::Relaxed));
         // On a runtime that has shut down the task is dropped unpolled, closing them.
         self.runtime.spawn(async move {
             for (stream, peer) in admitted {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trove_cache::resume::Detached;
-use trove_cache::Outcome;
+use trove_cache::{Outcome, StaleServed};
 
 use crate::destination::Refusal;
 use crate::resolver::{self, Answered, Failure};
@@ -54,6 +54,13 @@ pub mod names {
     pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
     /// Names the resolver's cache holds.
     pub const RESOLVER_NAMES: &str = "trove_resolver_names";
+    /// Stale stored responses served, by `reason` (`trove_cache::StaleServed`): `max-stale`,
+    /// `stale-while-revalidate`, `stale-if-error`, `disconnected` (the origin could not be
+    /// reached, within `[cache] max_stale`).
+    pub const STALE_SERVED: &str = "trove_stale_served_total";
+    /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
+    /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
+    pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
     /// The disk tier (`[cache.disk]`, see `trove_disk`).
     pub const DISK_OBJECTS: &str = "trove_disk_objects";
     pub const DISK_BYTES: &str = "trove_disk_bytes";
@@ -164,7 +171,7 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.
-const BUCKETS: [f64; 16] = [
+pub const BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,
 ];
@@ -188,6 +195,18 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Counts per bucket (not cumulative), and past the last bucket at the end.
+    pub fn snapshot(&self) -> [u64; BUCKETS.len() + 1] {
+        let mut out = [0; BUCKETS.len() + 1];
+        let mut sum = 0;
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            *o = b.load(Ordering::Relaxed);
+            sum += *o;
+        }
+        out[BUCKETS.len()] = self.count.load(Ordering::Relaxed).saturating_sub(sum);
+        out
+    }
+
     fn render(&self, out: &mut String, name: &str, label: &str) {
         let mut cum = 0;
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -207,6 +226,8 @@ impl Histogram {
 pub struct Metrics {
     pub by_outcome: [AtomicU64; Outcome::ALL.len()],
     pub bytes_to_clients: AtomicU64,
+    /// Of those, bytes of cacheable traffic (`Outcome::is_cacheable_traffic`).
+    pub bytes_cacheable: AtomicU64,
     pub bytes_from_cache: AtomicU64,
     pub bytes_from_origins: AtomicU64,
     pub hit_time: Histogram,
@@ -240,6 +261,10 @@ pub struct Metrics {
     /// Readers detached from a body that left the store, by what became of them (as
     /// `Detached::ALL`).
     pub detached: [AtomicU64; Detached::ALL.len()],
+    /// Stale responses served, by why (as `StaleServed::ALL`).
+    pub stale_served: [AtomicU64; StaleServed::ALL.len()],
+    /// Origin failures by upstream and reason (`origin::failures`).
+    pub origin_failures: crate::origin::failures::UpstreamFailures,
 }
 
 /// Store figures, read when rendering.
@@ -256,6 +281,30 @@ pub struct StoreFigures {
     pub resolver: resolver::Stats,
 }
 
+/// The `q` quantile (0–1) of a [`Histogram::snapshot`] (or a difference of two), in seconds:
+/// interpolated linearly inside its bucket, as Prometheus' `histogram_quantile` does. `None`
+/// with no observations; past the last bucket, its bound.
+pub fn quantile(counts: &[u64; BUCKETS.len() + 1], q: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = 0u64;
+    for (i, n) in counts.iter().enumerate() {
+        if *n > 0 && (below + n) as f64 >= rank {
+            let Some(upper) = BUCKETS.get(i) else {
+                return BUCKETS.last().copied();
+            };
+            let lower = if i == 0 { 0.0 } else { BUCKETS[i - 1] };
+            let within = (rank - below as f64) / *n as f64;
+            return Some(lower + (upper - lower) * within);
+        }
+        below += n;
+    }
+    BUCKETS.last().copied()
+}
+
 fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
@@ -265,6 +314,9 @@ impl Metrics {
     pub fn record(&self, outcome: Outcome, elapsed: Duration, sent: u64) {
         inc(&self.by_outcome[outcome.index()]);
         self.bytes_to_clients.fetch_add(sent, Ordering::Relaxed);
+        if outcome.is_cacheable_traffic() {
+            self.bytes_cacheable.fetch_add(sent, Ordering::Relaxed);
+        }
         if outcome.is_hit() {
             self.bytes_from_cache.fetch_add(sent, Ordering::Relaxed);
             self.hit_time.observe(elapsed);
@@ -280,6 +332,11 @@ impl Metrics {
     /// Counts a destination the guard refused.
     pub fn count_refusal(&self, why: Refusal) {
         inc(&self.destinations_refused[why.index()]);
+    }
+
+    /// Counts a stale response served.
+    pub fn count_stale(&self, why: StaleServed) {
+        inc(&self.stale_served[why as usize]);
     }
 
     /// Counts a reader detached from a shared body.
@@ -501,6 +558,18 @@ impl Metrics {
             "# HELP {name} Names held by the resolver's cache.\n# TYPE {name} gauge\n{name} {}",
             store.resolver.names
         );
+        let name = names::ORIGIN_FAILURES;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Failed origin requests, by upstream and reason.\n# TYPE {name} counter"
+        );
+        for (upstream, reason, n) in self.origin_failures.counts() {
+            let upstream = upstream.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "{name}{{upstream=\"{upstream}\",reason=\"{reason}\"}} {n}"
+            );
+        }
         let name = names::RESPONSE_SECONDS;
         let _ = writeln!(
             out,
@@ -508,6 +577,15 @@ impl Metrics {
         );
         self.hit_time.render(&mut out, name, "kind=\"hit\"");
         self.miss_time.render(&mut out, name, "kind=\"miss\"");
+        let name = names::STALE_SERVED;
+        let _ = writeln!(
+            out,
+            "# HELP {name} Stale stored responses served, by why that was allowed.\n# TYPE {name} counter"
+        );
+        for why in StaleServed::ALL {
+            let n = g(&self.stale_served[why as usize]);
+            let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
+        }
         out
     }
 }

@@ -27,14 +27,14 @@ impl Mode {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSettings {
     pub addr: SocketAddr,
     pub mode: Mode,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessSettings {
     /// Client networks allowed to use the proxy. Default: loopback only.
@@ -77,7 +77,7 @@ impl Default for AccessSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheSettings {
     /// Memory tier budget in bytes (`"256MiB"`, `"1GiB"` or an integer).
@@ -98,7 +98,7 @@ pub struct CacheSettings {
     /// behind the origin, and a client further behind is detached (resumed on a fetch of
     /// its own, or cut off); a body of unknown length being stored is read at most this
     /// far ahead of its fastest client. At least `read_ahead`; a unit is required.
-    #[serde(deserialize_with = "de_size_with_unit")]
+    #[serde(deserialize_with = "de_size")]
     pub stream_buffer: u64,
     /// Heuristic freshness: this fraction of the time since Last-Modified (RFC 9111 §4.2.2).
     pub heuristic_fraction: f64,
@@ -109,32 +109,34 @@ pub struct CacheSettings {
     pub cookies: trove_cache::CookiePolicy,
     /// `[cache.abort]`: whether to finish a fetch whose clients have all gone.
     pub abort: AbortSettings,
+    /// How stale a stored response may be and still be served when its origin can't be
+    /// reached (refused, reset, closed, timed out; RFC 9111 §4.2.4), unless its directives
+    /// forbid it: Squid's `max_stale`. `"0s"` turns it off; a unit is required.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_stale: Duration,
     /// `[cache.disk]`: the disk tier under the memory tier; none unless configured.
     pub disk: Option<DiskSettings>,
 }
 
 /// `[cache.disk]`, the disk tier (see `trove_disk`): where, how much, how often synced.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiskSettings {
     /// The cache directory, or a list of them (one per disk); the budget is split evenly.
     #[serde(deserialize_with = "de_paths")]
     pub path: Vec<std::path::PathBuf>,
     /// Bytes of disk over all paths; a unit is required (`"10GiB"`).
-    #[serde(deserialize_with = "de_size_with_unit")]
+    #[serde(deserialize_with = "de_size")]
     pub size: u64,
     /// `fdatasync` at least this often while writing: the most acknowledged writes a power
     /// loss can take (a `kill -9` takes only what was still queued). Default 1s.
     #[serde(
         default = "DiskSettings::default_sync",
-        deserialize_with = "de_duration_with_unit"
+        deserialize_with = "de_duration"
     )]
     pub sync_interval: Duration,
     /// The unit of writing and of reclaiming space. Default 16MiB; 64KiB to 128MiB.
-    #[serde(
-        default = "DiskSettings::default_region",
-        deserialize_with = "de_size_with_unit"
-    )]
+    #[serde(default = "DiskSettings::default_region", deserialize_with = "de_size")]
     pub region_size: u64,
     /// `"fifo-reinsert"` (default: keep what was hit when its region is reclaimed) or `"fifo"`.
     #[serde(default, deserialize_with = "de_reclaim")]
@@ -187,7 +189,7 @@ fn de_reclaim<'de, D: Deserializer<'de>>(d: D) -> Result<trove_disk::Reclaim, D:
 /// `[cache.abort]`, the abort policy (see `trove_cache::abort`): when every client of a
 /// fetch that is not being stored has gone, finish it if at most `min_left` bytes remain or
 /// at least `done_pct` percent has arrived; else stop.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AbortSettings {
     #[serde(deserialize_with = "de_size")]
@@ -226,12 +228,13 @@ impl Default for CacheSettings {
             heuristic_max: Duration::from_secs(86_400),
             cookies: trove_cache::CookiePolicy::default(),
             abort: AbortSettings::default(),
+            max_stale: trove_http::Policy::default().max_stale,
             disk: None,
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitSettings {
     pub max_head_bytes: usize,
@@ -252,7 +255,7 @@ pub struct LimitSettings {
     /// so a slow sender holds only its own client connection. Larger bodies stream to the
     /// origin as they arrive, within `[origin_pool] max_uploads_per_origin`. A unit is
     /// required.
-    #[serde(deserialize_with = "de_size_with_unit")]
+    #[serde(deserialize_with = "de_size")]
     pub client_body_buffer: u64,
 }
 
@@ -273,7 +276,7 @@ impl Default for LimitSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TimeoutSettings {
     /// Idle time allowed between requests on a client connection.
@@ -297,8 +300,12 @@ pub struct TimeoutSettings {
     /// Time allowed for a whole request body after its head, extended by one second for
     /// every `[limits] client_body_min_rate` bytes received (see `client::body`). A unit is
     /// required.
-    #[serde(deserialize_with = "de_duration_with_unit")]
+    #[serde(deserialize_with = "de_duration")]
     pub client_body: Duration,
+    /// A graceful stop (`SIGTERM`, `trove stop`) waits this long at most for requests in
+    /// flight before it exits anyway.
+    #[serde(deserialize_with = "de_duration")]
+    pub shutdown: Duration,
 }
 
 impl Default for TimeoutSettings {
@@ -311,11 +318,12 @@ impl Default for TimeoutSettings {
             origin_body: Duration::from_secs(60),
             client_write: Duration::from_secs(60),
             client_body: Duration::from_secs(30),
+            shutdown: Duration::from_secs(30),
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolSettings {
     /// Connections to one origin (idle and busy) at most.
@@ -356,7 +364,7 @@ impl PoolSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectSettings {
     /// Ports CONNECT may reach. Default: 443 only.
@@ -373,18 +381,18 @@ impl Default for ConnectSettings {
 
 /// `[resolver]`: how long answers about names are kept (see `crate::resolver`). The
 /// durations need a unit (`"30s"`, `"1h"`): a bare number is refused.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResolverSettings {
     /// An answer is kept at most this long, however long its records' TTL. Greater than 0.
-    #[serde(deserialize_with = "de_duration_with_unit")]
+    #[serde(deserialize_with = "de_duration")]
     pub max_ttl: Duration,
     /// ... and at least this long, however short their TTL (0 follows the TTL exactly).
-    #[serde(deserialize_with = "de_duration_with_unit")]
+    #[serde(deserialize_with = "de_duration")]
     pub min_ttl: Duration,
     /// A failure (no such name, no address, no answer from the name servers) is kept this
     /// long, or the zone's shorter negative TTL; 0 keeps none.
-    #[serde(deserialize_with = "de_duration_with_unit")]
+    #[serde(deserialize_with = "de_duration")]
     pub negative_ttl: Duration,
     /// Names kept at most (answers and failures). At least 1.
     pub max_names: usize,
@@ -402,7 +410,7 @@ impl Default for ResolverSettings {
 }
 
 /// A reverse-proxy route: requests whose Host and path match go to `upstreams`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OriginRoute {
     /// Host to match (case-insensitive, port ignored), or `"*"` for any.
@@ -417,7 +425,7 @@ fn slash() -> String {
     "/".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogSettings {
     /// `"-"` for standard output, a path to append to, or `""` for none.
@@ -470,22 +478,34 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Checks what types alone can't: routes name usable upstreams, limits are sane.
+    /// Checks what types alone can't: routes name usable upstreams, limits are sane. Every
+    /// problem, one per line, each naming its key.
     pub fn validate(&self) -> Result<(), String> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
+    /// Every problem [`Settings::validate`] finds, each naming its key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
         if self.listeners.is_empty() {
-            return Err("listener: at least one listener is needed".into());
+            p.push("listener: at least one listener is needed".into());
         }
         for (i, r) in self.origins.iter().enumerate() {
             if r.upstreams.is_empty() {
-                return Err(format!(
+                p.push(format!(
                     "origin[{i}].upstreams: at least one upstream is needed"
                 ));
             }
             if !r.path_prefix.starts_with('/') {
-                return Err(format!("origin[{i}].path_prefix: must start with '/'"));
+                p.push(format!("origin[{i}].path_prefix: must start with '/'"));
             }
             if trove_http::target::normal_path(&r.path_prefix).is_none() {
-                return Err(format!(
+                p.push(format!(
                     "origin[{i}].path_prefix: {:?} has a malformed %-escape",
                     r.path_prefix
                 ));
@@ -494,81 +514,83 @@ impl Settings {
                 match trove_http::target::parse_authority(&r.host) {
                     Ok(a) if a.port.is_none() => {}
                     Ok(_) => {
-                        return Err(format!(
+                        p.push(format!(
                             "origin[{i}].host: {:?}: name the host without a port (routes match any port)",
                             r.host
                         ))
                     }
-                    Err(e) => return Err(format!("origin[{i}].host: {:?}: {e}", r.host)),
+                    Err(e) => p.push(format!("origin[{i}].host: {:?}: {e}", r.host)),
                 }
             }
             for u in &r.upstreams {
-                crate::upstream::Upstream::parse(u)
-                    .map_err(|e| format!("origin[{i}].upstreams: {u:?}: {e}"))?;
+                if let Err(e) = crate::upstream::Upstream::parse(u) {
+                    p.push(format!("origin[{i}].upstreams: {u:?}: {e}"));
+                }
             }
         }
         if self.listeners.iter().any(|l| l.mode == Mode::Reverse) && self.origins.is_empty() {
-            return Err("origin: a reverse listener needs at least one [[origin]] route".into());
+            p.push("origin: a reverse listener needs at least one [[origin]] route".into());
         }
-        crate::acl::PortSet::parse(&self.access.safe_ports)
-            .map_err(|e| format!("access.safe_ports: {e}"))?;
+        if let Err(e) = crate::acl::PortSet::parse(&self.access.safe_ports) {
+            p.push(format!("access.safe_ports: {e}"));
+        }
         for d in &self.access.allow_destinations {
-            crate::acl::Exception::parse(d)
-                .map_err(|e| format!("access.allow_destinations: {e}"))?;
+            if let Err(e) = crate::acl::Exception::parse(d) {
+                p.push(format!("access.allow_destinations: {e}"));
+            }
         }
         if self.cache.memory < 1 << 20 {
-            return Err("cache.memory: at least 1MiB".into());
+            p.push("cache.memory: at least 1MiB".into());
         }
         if let Some(d) = &self.cache.disk {
             if d.path.is_empty() {
-                return Err("cache.disk.path: at least one directory is needed".into());
-            }
-            if !(64 << 10..=128 << 20).contains(&d.region_size) {
-                return Err("cache.disk.region_size: between 64KiB and 128MiB".into());
-            }
-            if d.size / d.path.len() as u64 / d.region_size < 3 {
-                return Err(
+                p.push("cache.disk.path: at least one directory is needed".into());
+            } else if d.region_size > 0 && d.size / d.path.len() as u64 / d.region_size < 3 {
+                p.push(
                     "cache.disk.size: at least 3 regions (cache.disk.region_size) per path".into(),
                 );
             }
+            if !(64 << 10..=128 << 20).contains(&d.region_size) {
+                p.push("cache.disk.region_size: between 64KiB and 128MiB".into());
+            }
             if d.sync_interval.is_zero() {
-                return Err("cache.disk.sync_interval: must be greater than 0".into());
+                p.push("cache.disk.sync_interval: must be greater than 0".into());
             }
         }
         if self.cache.stream_buffer == 0 {
-            return Err("cache.stream_buffer: must be greater than 0".into());
+            p.push("cache.stream_buffer: must be greater than 0".into());
         }
         if self.cache.stream_buffer < self.cache.read_ahead {
-            return Err("cache.stream_buffer: at least cache.read_ahead".into());
+            p.push("cache.stream_buffer: at least cache.read_ahead".into());
         }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
-            return Err("cache.heuristic_fraction: must be between 0 and 1".into());
+            p.push("cache.heuristic_fraction: must be between 0 and 1".into());
         }
         if self.limits.max_headers == 0 || self.limits.max_headers > 256 {
-            return Err("limits.max_headers: must be between 1 and 256".into());
+            p.push("limits.max_headers: must be between 1 and 256".into());
         }
         if self.limits.max_head_bytes < 1024 {
-            return Err("limits.max_head_bytes: at least 1024".into());
+            p.push("limits.max_head_bytes: at least 1024".into());
         }
         if self.limits.listen_backlog == 0 {
-            return Err("limits.listen_backlog: at least 1".into());
+            p.push("limits.listen_backlog: at least 1".into());
         }
         if self.origin_pool.max_per_origin == 0 {
-            return Err("origin_pool.max_per_origin: at least 1".into());
+            p.push("origin_pool.max_per_origin: at least 1".into());
         }
         if let Some(n) = self.origin_pool.max_uploads_per_origin {
             if n == 0 || n > self.origin_pool.max_per_origin {
-                return Err(
+                p.push(
                     "origin_pool.max_uploads_per_origin: between 1 and origin_pool.max_per_origin"
                         .into(),
                 );
             }
         }
         if self.limits.client_body_min_rate == 0 {
-            return Err("limits.client_body_min_rate: must be greater than 0".into());
+            p.push("limits.client_body_min_rate: must be greater than 0".into());
         }
         if self.limits.client_body_buffer == 0 {
-            return Err("limits.client_body_buffer: must be greater than 0".into());
+            p.push("limits.client_body_buffer: must be greater than 0".into());
         }
         // At zero a timeout fires at once (every connection, request or tunnel fails), and
         // the pool's reaper interval would be zero.
@@ -581,128 +603,134 @@ impl Settings {
             ("timeouts.origin_body", t.origin_body),
             ("timeouts.client_write", t.client_write),
             ("timeouts.client_body", t.client_body),
+            ("timeouts.shutdown", t.shutdown),
             ("origin_pool.idle_timeout", self.origin_pool.idle_timeout),
         ] {
             if d.is_zero() {
-                return Err(format!("{key}: must be greater than 0"));
+                p.push(format!("{key}: must be greater than 0"));
             }
         }
         // A cache that keeps nothing would resolve on every request again.
         let r = &self.resolver;
         if r.max_ttl.is_zero() {
-            return Err("resolver.max_ttl: must be greater than 0".into());
+            p.push("resolver.max_ttl: must be greater than 0".into());
         }
         if r.min_ttl > r.max_ttl {
-            return Err("resolver.min_ttl: must not exceed resolver.max_ttl".into());
+            p.push("resolver.min_ttl: must not exceed resolver.max_ttl".into());
         }
         if r.max_names == 0 {
-            return Err("resolver.max_names: at least 1".into());
+            p.push("resolver.max_names: at least 1".into());
         }
-        Ok(())
+        p
     }
 }
 
-/// Parses `"64KiB"`, `"256MiB"`, `"1GiB"`, `"10MB"`, `"512"` or a bare integer.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// The size units a config accepts, as the error messages list them.
+pub const SIZE_UNITS: &str =
+    "B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)";
+/// The duration units a config accepts.
+pub const DURATION_UNITS: &str = "ms, s, m, h, d";
+
+/// Splits `"1.5GiB"` into its number and its unit (trimmed).
+fn number_and_unit(s: &str) -> (&str, &str) {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1000,
-        "kib" => 1 << 10,
-        "m" | "mb" => 1_000_000,
-        "mib" => 1 << 20,
-        "g" | "gb" => 1_000_000_000,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        _ => return Err(format!("invalid size unit in {s:?} (use B, KiB, MiB, GiB)")),
-    };
-    Ok((n * mult as f64) as u64)
+    (num, unit.trim())
 }
 
-/// Parses `"250ms"`, `"5s"`, `"2m"`, `"1h"` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Parses a size with its unit: `"64KiB"`, `"256MiB"`, `"1GiB"`, `"10MB"`, `"512B"`. The unit
+/// is required (a bare `"512"` is refused), any case; a bare `K`, `M`, `G` is refused as
+/// ambiguous between powers of 1000 and 1024.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, unit) = number_and_unit(s);
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit.trim() {
+    if unit.is_empty() {
+        return Err(format!("size {s:?} needs a unit: {SIZE_UNITS}"));
+    }
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?} (a number and a unit: {SIZE_UNITS})"))?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "b" => 1,
+        "kb" => 1000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "k" | "m" | "g" | "t" => {
+            return Err(format!(
+                "size {s:?}: {unit:?} is ambiguous; write {num}{u}iB (powers of 1024) or {num}{u}B (powers of 1000)",
+                u = unit.to_ascii_uppercase()
+            ))
+        }
+        _ => return Err(format!("invalid size unit in {s:?} (use {SIZE_UNITS})")),
+    };
+    let bytes = n * mult as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("size {s:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a duration with its unit: `"250ms"`, `"5s"`, `"2m"`, `"1h"`, `"1d"`. The unit is
+/// required (a bare `"5"` is refused).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = number_and_unit(s);
+    let s = s.trim();
+    if unit.is_empty() {
+        return Err(format!("duration {s:?} needs a unit: {DURATION_UNITS}"));
+    }
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (a number and a unit: {DURATION_UNITS})"))?;
+    let secs = match unit {
         "ms" => n / 1000.0,
-        "" | "s" => n,
+        "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
         "d" => n * 86_400.0,
         _ => {
             return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m, h, d)"
+                "invalid duration unit in {s:?} (use {DURATION_UNITS})"
             ))
         }
     };
     Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrStr {
-    Num(u64),
-    Str(String),
-}
-
+/// A size: a string with its unit (see [`parse_size`]). A bare number is refused.
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    match NumOrStr::deserialize(d)? {
-        NumOrStr::Num(n) => Ok(n),
-        NumOrStr::Str(s) => parse_size(&s).map_err(serde::de::Error::custom),
-    }
-}
-
-/// Like `de_size`, but a bare number is refused: newer keys must say their unit.
-fn de_size_with_unit<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let s = String::deserialize(d)
-        .map_err(|_| serde::de::Error::custom("give a size with its unit, e.g. \"1MiB\""))?;
-    if s.trim().ends_with(|c: char| c.is_ascii_digit()) {
-        return Err(serde::de::Error::custom(format!(
-            "size {s:?} needs a unit (B, KiB, MiB, GiB)"
-        )));
-    }
+    let s = String::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "give a size as a string with its unit, e.g. \"64MiB\" ({SIZE_UNITS})"
+        ))
+    })?;
     parse_size(&s).map_err(serde::de::Error::custom)
 }
 
-/// Like `de_duration`, but a bare number is refused: newer keys must say their unit.
-fn de_duration_with_unit<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)
-        .map_err(|_| serde::de::Error::custom("give a duration with its unit, e.g. \"30s\""))?;
-    if s.trim().ends_with(|c: char| c.is_ascii_digit()) {
-        return Err(serde::de::Error::custom(format!(
-            "duration {s:?} needs a unit (ms, s, m, h, d)"
-        )));
-    }
+/// A duration: a string with its unit (see [`parse_duration`]). A bare number is refused.
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "give a duration as a string with its unit, e.g. \"30s\" ({DURATION_UNITS})"
+        ))
+    })?;
     parse_duration(&s).map_err(serde::de::Error::custom)
 }
 
 /// A rate in bytes per second: a size with its unit, optionally followed by `/s`.
 fn de_rate<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let s = String::deserialize(d)
-        .map_err(|_| serde::de::Error::custom("give a rate with its unit, e.g. \"1KiB/s\""))?;
+    let s = String::deserialize(d).map_err(|_| {
+        serde::de::Error::custom("give a rate as a string with its unit, e.g. \"1KiB/s\"")
+    })?;
     let size = s.trim().strip_suffix("/s").unwrap_or(&s);
-    if size.trim().ends_with(|c: char| c.is_ascii_digit()) {
-        return Err(serde::de::Error::custom(format!(
-            "rate {s:?} needs a unit (B, KiB, MiB per second)"
-        )));
-    }
-    parse_size(size).map_err(serde::de::Error::custom)
-}
-
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    match NumOrStr::deserialize(d)? {
-        NumOrStr::Num(n) => Ok(Duration::from_secs(n)),
-        NumOrStr::Str(s) => parse_duration(&s).map_err(serde::de::Error::custom),
-    }
+    parse_size(size).map_err(|e| serde::de::Error::custom(format!("rate: {e}")))
 }
 
 fn de_eviction<'de, D: Deserializer<'de>>(d: D) -> Result<trove_store::EvictionKind, D::Error> {
@@ -722,11 +750,22 @@ mod tests {
     fn sizes_and_durations_parse() {
         assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("100").unwrap(), 100);
+        assert_eq!(parse_size("100B").unwrap(), 100);
+        assert_eq!(parse_size("1GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_size("1.5 KiB").unwrap(), 1536);
+        assert_eq!(parse_size("2tib").unwrap(), 2 << 40);
         assert!(parse_size("12 parsecs").is_err());
+        let e = parse_size("100").unwrap_err();
+        assert!(e.contains("needs a unit") && e.contains("KiB"), "{e}");
+        let e = parse_size("1G").unwrap_err();
+        assert!(e.contains("1GiB") && e.contains("1GB"), "{e}");
+        assert!(parse_size("99999999TiB").is_err());
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
         assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("5").unwrap_err().contains("needs a unit"));
+        assert!(parse_duration("5 fortnights").is_err());
     }
 
     /// A zero duration would make a timeout fire at once, or panic `tokio::time::interval`

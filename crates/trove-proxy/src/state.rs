@@ -15,11 +15,13 @@ use crate::acl::Acl;
 use crate::cache::collapse::KeyLocks;
 use crate::destination::DestinationPolicy;
 use crate::fd_limit::Freed;
+use crate::lifecycle::{Lifecycle, Successor};
 use crate::metrics::{Metrics, StoreFigures};
 use crate::origin::{Pool, PoolLimits, Reachability};
 use crate::resolver::Resolver;
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
+use crate::status::history::History;
 
 /// Shared state of one running proxy.
 pub struct Shared {
@@ -37,7 +39,8 @@ pub struct Shared {
     pub store: Arc<dyn Storage>,
     pub pool: Arc<Pool>,
     pub metrics: Arc<Metrics>,
-    pub log: AccessLog,
+    /// Shared by every generation while `log.access` is unchanged.
+    pub log: Arc<AccessLog>,
     forward_policy: Policy,
     reverse_policy: Policy,
     /// Fetches in progress, by cache key, that later requests may join.
@@ -53,9 +56,15 @@ pub struct Shared {
     /// Requests allowed to wait on origins at once; past this, 503 at once.
     pub origin_slots: Arc<Semaphore>,
     /// Signalled when a client connection closes (an acceptor out of descriptors waits on it).
-    pub freed: Freed,
+    pub freed: Arc<Freed>,
+    /// Graceful stop, shared by every generation.
+    pub lifecycle: Arc<Lifecycle>,
+    /// The generation a reload made after this one (see [`crate::lifecycle`]).
+    pub successor: Successor,
+    /// The last minutes of the counters, for the status page (shared by every generation).
+    pub history: Arc<History>,
     /// The disk tier under the memory tier (`[cache.disk]`), the same store as `store`; the
-    /// driver promotes disk hits through it (`cache::promote`).
+    /// driver promotes disk hits through it (`cache::promote`). Carried over by a reload.
     pub disk: Option<Arc<trove_disk::Tiered>>,
     /// `[cache.disk]` was configured but its directory could not be used at start-up: trove
     /// runs memory-only (logged once, and `trove_disk_failed` says so).
@@ -67,7 +76,36 @@ impl Shared {
     /// `listening` are the proxy's bound listener addresses, which the destination guard
     /// refuses (with `settings.other_listeners`).
     pub fn new(settings: Settings, listening: &[std::net::SocketAddr]) -> std::io::Result<Shared> {
-        let metrics = Arc::new(Metrics::default());
+        Shared::build(settings, listening, None)
+    }
+
+    /// The generation after `prev` for a reload: `settings` applied over what `prev` carries
+    /// over (see [`crate::lifecycle`]). Nothing of `prev` changes; the caller links them.
+    pub fn after(
+        prev: &Shared,
+        settings: Settings,
+        listening: &[std::net::SocketAddr],
+    ) -> std::io::Result<Shared> {
+        Shared::build(settings, listening, Some(prev))
+    }
+
+    fn build(
+        settings: Settings,
+        listening: &[std::net::SocketAddr],
+        prev: Option<&Shared>,
+    ) -> std::io::Result<Shared> {
+        let metrics = match prev {
+            Some(p) => Arc::clone(&p.metrics),
+            None => Arc::new(Metrics::default()),
+        };
+        let history = match prev {
+            Some(p) => Arc::clone(&p.history),
+            None => {
+                let h = Arc::new(History::default());
+                History::start_sampling(&h, &metrics);
+                h
+            }
+        };
         let a = &settings.access;
         let own = listening
             .iter()
@@ -89,39 +127,106 @@ impl Shared {
             })?,
         );
         // Lookups are bounded like the connections they are for.
-        let resolver = Resolver::system(&settings.resolver, settings.timeouts.connect);
+        let resolver = match prev {
+            Some(p)
+                if p.settings.resolver == settings.resolver
+                    && p.settings.timeouts.connect == settings.timeouts.connect =>
+            {
+                p.resolver.clone()
+            }
+            _ => Resolver::system(&settings.resolver, settings.timeouts.connect),
+        };
         let c = &settings.cache;
-        let memory = MemoryStore::new(c.memory, 16, c.max_object, c.eviction);
-        let (store, disk, disk_unavailable) = open_tiers(memory, c.disk.as_ref())?;
-        let pool = Pool::new(
-            PoolLimits {
-                max_per_origin: settings.origin_pool.max_per_origin,
-                max_uploads: settings.origin_pool.uploads_per_origin(),
-                idle_timeout: settings.origin_pool.idle_timeout,
-                connect_timeout: settings.timeouts.connect,
-                max_queue_wait: settings.origin_pool.max_queue_wait,
-            },
-            Arc::clone(&metrics),
-            Reachability {
-                destinations: Arc::clone(&destinations),
-                resolver: resolver.clone(),
-            },
-        );
-        let log = AccessLog::open(&settings.log.access)?;
+        let (store, disk, disk_unavailable): Tiers = match prev {
+            Some(p) => {
+                let store = Arc::clone(&p.store);
+                if (c.memory, c.max_object)
+                    != (p.settings.cache.memory, p.settings.cache.max_object)
+                {
+                    store.resize(c.memory, c.max_object);
+                }
+                if c.disk != p.settings.cache.disk {
+                    tracing::warn!(
+                        "cache.disk: a change takes effect at the next start, not on reload"
+                    );
+                }
+                (store, p.disk.clone(), p.disk_unavailable)
+            }
+            None => open_tiers(
+                MemoryStore::new(c.memory, 16, c.max_object, c.eviction),
+                c.disk.as_ref(),
+            )?,
+        };
+        let limits = PoolLimits {
+            max_per_origin: settings.origin_pool.max_per_origin,
+            max_uploads: settings.origin_pool.uploads_per_origin(),
+            idle_timeout: settings.origin_pool.idle_timeout,
+            connect_timeout: settings.timeouts.connect,
+            max_queue_wait: settings.origin_pool.max_queue_wait,
+        };
+        // A pool is carried over while its limits and its guard are unchanged; otherwise a
+        // new one starts and the old one's connections finish their requests and close.
+        let pool = match prev {
+            Some(p)
+                if p.pool.limits()
+                    == PoolLimits {
+                        max_uploads: limits.max_uploads.max(1),
+                        ..limits
+                    }
+                    && p.settings.access == settings.access
+                    && p.settings.listeners == settings.listeners
+                    && p.settings.other_listeners == settings.other_listeners =>
+            {
+                Arc::clone(&p.pool)
+            }
+            _ => Pool::new(
+                limits,
+                Arc::clone(&metrics),
+                Reachability {
+                    destinations: Arc::clone(&destinations),
+                    resolver: resolver.clone(),
+                },
+            ),
+        };
+        let log = match prev {
+            Some(p) if p.log.target() == settings.log.access => Arc::clone(&p.log),
+            _ => Arc::new(AccessLog::open(&settings.log.access).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("log.access: cannot open {:?}: {e}", settings.log.access),
+                )
+            })?),
+        };
         let base = Policy {
             heuristic_fraction: c.heuristic_fraction,
             heuristic_max: c.heuristic_max,
+            max_stale: c.max_stale,
             ..Policy::default()
         };
         let reverse_policy = Policy {
             targeted_fields: Policy::reverse_proxy().targeted_fields,
             ..base.clone()
         };
-        let via_name = format!(
-            "trove-{:04x}",
-            std::process::id() as u16 ^ (rand_seed() as u16)
-        );
-        let via = HeaderValue::from_str(&format!("1.1 {via_name}")).expect("ascii");
+        let (via_name, via) = match prev {
+            Some(p) => (p.via_name.clone(), p.via.clone()),
+            None => {
+                let name = format!(
+                    "trove-{:04x}",
+                    std::process::id() as u16 ^ (rand_seed() as u16)
+                );
+                let via = HeaderValue::from_str(&format!("1.1 {name}")).expect("ascii");
+                (name, via)
+            }
+        };
+        let origin_slots = match prev {
+            Some(p)
+                if p.settings.limits.max_pending_origin_requests
+                    == settings.limits.max_pending_origin_requests =>
+            {
+                Arc::clone(&p.origin_slots)
+            }
+            _ => Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
+        };
         Ok(Shared {
             acl: Acl::new(&settings.access.allow),
             purge_acl: Acl::new(&settings.access.purge),
@@ -130,7 +235,7 @@ impl Shared {
             destinations,
             resolver,
             routes: Routes::new(&settings.origins),
-            origin_slots: Arc::new(Semaphore::new(settings.limits.max_pending_origin_requests)),
+            origin_slots,
             settings,
             store,
             pool,
@@ -138,15 +243,26 @@ impl Shared {
             log,
             forward_policy: base,
             reverse_policy,
-            fetches: Arc::default(),
-            revalidations: Arc::default(),
-            memo: Arc::new(Mutex::new(PassMemo::default())),
+            fetches: prev.map_or_else(Arc::default, |p| Arc::clone(&p.fetches)),
+            revalidations: prev.map_or_else(Arc::default, |p| Arc::clone(&p.revalidations)),
+            memo: prev.map_or_else(
+                || Arc::new(Mutex::new(PassMemo::default())),
+                |p| Arc::clone(&p.memo),
+            ),
             via_name,
             via,
-            freed: Freed::default(),
+            freed: prev.map_or_else(Arc::default, |p| Arc::clone(&p.freed)),
+            lifecycle: prev.map_or_else(Arc::default, |p| Arc::clone(&p.lifecycle)),
+            successor: Successor::default(),
+            history,
             disk,
             disk_unavailable,
         })
+    }
+
+    /// The newest generation if a reload made one after this (see [`crate::lifecycle`]).
+    pub fn newest(&self) -> Option<Arc<Shared>> {
+        self.successor.newest()
     }
 
     /// The caching policy for requests arriving on a listener of `mode`: reverse listeners

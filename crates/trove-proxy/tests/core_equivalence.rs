@@ -99,6 +99,14 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
         // Ranges answered from a stored response: 206, and 416 past its end.
         step("GET", "/a", &[("range", "bytes=0-0")]),
         step("GET", "/a", &[("range", "bytes=100-200")]),
+        // A POST answered with its own target as Content-Location is stored for GETs
+        // (RFC 9110 §9.3.3).
+        step("POST", "/n", &[]),
+        step("GET", "/n", &[]),
+        // A stored partial completed with the missing range only (RFC 9111 §3.4).
+        step("GET", "/p", &[("range", "bytes=0-4")]),
+        step("GET", "/p", &[]),
+        step("GET", "/p", &[]),
     ];
     let answers = vec![
         ok(&[("cache-control", "max-age=60"), ("etag", "\"a1\"")], "a1"),
@@ -156,6 +164,28 @@ fn script() -> (Vec<Step>, Vec<Answer>) {
                 ("content-length", "2"),
             ],
             "",
+        ),
+        ok(
+            &[("cache-control", "max-age=60"), ("content-location", "/n")],
+            "n-posted",
+        ),
+        Answer::Respond(
+            206,
+            vec![
+                ("cache-control", "max-age=60"),
+                ("etag", "\"p\""),
+                ("content-range", "bytes 0-4/10"),
+            ],
+            "01234",
+        ),
+        Answer::Respond(
+            206,
+            vec![
+                ("cache-control", "max-age=60"),
+                ("etag", "\"p\""),
+                ("content-range", "bytes 5-9/10"),
+            ],
+            "56789",
         ),
     ];
     (steps, answers)
@@ -322,6 +352,11 @@ async fn the_core_alone_and_trove_serve_agree_step_by_step() {
             "TCP_MEM_HIT/200",
             "TCP_MEM_HIT/206",
             "TCP_MEM_HIT/416",
+            "TCP_MISS/200",
+            "TCP_MEM_HIT/200",
+            "TCP_MISS/206",
+            "TCP_MISS/200",
+            "TCP_MEM_HIT/200",
         ]
     );
 }

@@ -80,6 +80,10 @@ async fn a_name_that_does_not_exist_is_a_502_and_the_failure_is_kept() {
         let mut c = Client::connect_from(REMOTE, trove.addr).await;
         let r = c.get("http://no-such-host.invalid/", &[]).await;
         assert_eq!(r.status, 502, "{}", r.text());
+        // Its own detail (RFC 9209's dns_error), not a refused connection.
+        let cs = r.header("cache-status").unwrap_or("");
+        assert!(cs.contains("detail=dns-error"), "{cs}");
+        assert!(r.text().contains("no-such-host.invalid"), "{}", r.text());
         let line = trove.result(i).await;
         assert!(
             line.ends_with("/502") && !line.starts_with("TCP_DENIED"),

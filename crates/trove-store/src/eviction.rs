@@ -25,6 +25,10 @@ pub trait Eviction: Send {
     fn victim(&mut self) -> Option<u64>;
     /// A short name for reports.
     fn name(&self) -> &'static str;
+    /// The cache it serves now holds `capacity` bytes (a reload changed the budget).
+    fn resize(&mut self, capacity: u64) {
+        let _ = capacity;
+    }
 }
 
 /// The policies trove knows, by name (config files and the simulator use these names).
@@ -247,6 +251,10 @@ impl S3Fifo {
 }
 
 impl Eviction for S3Fifo {
+    fn resize(&mut self, capacity: u64) {
+        self.small_target = (capacity / 10).max(1);
+    }
+
     fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
         self.insert_keyed(id, fingerprint, size);
     }

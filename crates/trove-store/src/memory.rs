@@ -45,9 +45,10 @@ struct Shard {
 pub struct MemoryStore {
     shards: Vec<Mutex<Shard>>,
     bytes: AtomicU64,
-    capacity: u64,
+    /// The byte budget; changed only by [`Storage::resize`].
+    capacity: AtomicU64,
     next_id: AtomicU64,
-    max_object: u64,
+    max_object: AtomicU64,
     kind: EvictionKind,
     hook: Option<Arc<dyn EvictionHook>>,
     admission: Arc<dyn Admission>,
@@ -70,7 +71,7 @@ impl MemoryStore {
         let per_shard = capacity / shards as u64;
         MemoryStore {
             bytes: AtomicU64::new(0),
-            capacity,
+            capacity: AtomicU64::new(capacity),
             shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
@@ -83,7 +84,7 @@ impl MemoryStore {
                 })
                 .collect(),
             next_id: AtomicU64::new(1),
-            max_object: max_object.min(capacity / 2).max(1),
+            max_object: AtomicU64::new(max_object.min(capacity / 2).max(1)),
             kind,
             hook: None,
             admission: Arc::new(AdmitAll),
@@ -124,14 +125,15 @@ impl MemoryStore {
     /// Evicts until the total is within budget: from shard `first`, then the others.
     fn evict_to_budget(&self, first: usize) {
         let n = self.shards.len();
+        let capacity = self.capacity.load(Ordering::Relaxed);
         for i in 0..n {
-            if self.bytes.load(Ordering::Relaxed) <= self.capacity {
+            if self.bytes.load(Ordering::Relaxed) <= capacity {
                 return;
             }
             let victims = {
                 let mut shard = self.shards[(first + i) % n].lock();
                 shard.evict_while(
-                    || self.bytes.load(Ordering::Relaxed) > self.capacity,
+                    || self.bytes.load(Ordering::Relaxed) > capacity,
                     &self.bytes,
                 )
             };
@@ -164,7 +166,7 @@ impl Storage for MemoryStore {
 
     fn insert(&self, mut obj: Object) -> Result<Arc<Object>, Refused> {
         let charge = obj.charge();
-        if charge > self.max_object {
+        if charge > self.max_object.load(Ordering::Relaxed) {
             return Err(Refused::TooLarge);
         }
         if !self.admission.admit(&obj) {
@@ -194,8 +196,9 @@ impl Storage for MemoryStore {
             shard.bytes += charge;
             self.bytes.fetch_add(charge, Ordering::Relaxed);
             shard.policy.insert(obj.id, fp, charge);
+            let capacity = self.capacity.load(Ordering::Relaxed);
             shard.evict_while(
-                || self.bytes.load(Ordering::Relaxed) > self.capacity,
+                || self.bytes.load(Ordering::Relaxed) > capacity,
                 &self.bytes,
             )
         };
@@ -281,7 +284,19 @@ impl Storage for MemoryStore {
     }
 
     fn max_object(&self) -> u64 {
+        self.max_object.load(Ordering::Relaxed)
+    }
+
+    fn resize(&self, capacity: u64, max_object: u64) -> bool {
+        self.capacity.store(capacity, Ordering::Relaxed);
         self.max_object
+            .store(max_object.min(capacity / 2).max(1), Ordering::Relaxed);
+        let per_shard = capacity / self.shards.len() as u64;
+        for shard in &self.shards {
+            shard.lock().policy.resize(per_shard);
+        }
+        self.evict_to_budget(0);
+        true
     }
 
     fn stats(&self) -> StoreStats {
@@ -295,7 +310,7 @@ impl Storage for MemoryStore {
             }
         }
         s.evictions = s.removed(Removal::Evicted);
-        s.capacity = self.capacity;
+        s.capacity = self.capacity.load(Ordering::Relaxed);
         s
     }
 }
@@ -367,6 +382,26 @@ mod tests {
             },
             Body::complete(Bytes::from(vec![b'x'; size])),
         )
+    }
+
+    /// A reload's smaller budget evicts down to it at once; a larger one lets more in.
+    #[test]
+    fn resize_evicts_to_the_new_budget() {
+        let store = MemoryStore::new(1 << 20, 4, 1 << 20, EvictionKind::S3Fifo);
+        for i in 0..64 {
+            store
+                .insert(obj(&format!("http://x/{i}"), "", 8 << 10))
+                .unwrap();
+        }
+        let before = store.stats().bytes;
+        assert!(before > 256 << 10, "{before}");
+        assert!(store.resize(256 << 10, 1 << 20));
+        let after = store.stats();
+        assert!(after.bytes <= 256 << 10, "{}", after.bytes);
+        assert_eq!(after.capacity, 256 << 10);
+        assert_eq!(store.max_object(), 128 << 10, "at most half the budget");
+        assert!(store.resize(4 << 20, 1 << 20));
+        assert_eq!(store.max_object(), 1 << 20);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | [`Storage::touch`] | a hit feeds the eviction policy. |
 //! | [`Storage::remove`] / [`Storage::remove_object`] | invalidation, purge, a failed body; the [`Removal`] reason is counted. |
 //! | [`Storage::holds`] / [`Storage::recharge`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
+//! | [`Storage::resize`] | a reload changed the budget: the cache is kept, trimmed to the new size. |
 //!
 //! Eviction hands each victim to an [`EvictionHook`] (a lower tier may take it) and
 //! [`Admission`] may refuse an object before it costs anything.
@@ -120,4 +121,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn max_object(&self) -> u64;
     /// Counters.
     fn stats(&self) -> crate::StoreStats;
+    /// A reload changed the byte budget or the object size limit: apply them, evicting to
+    /// the new budget at once. False if this tier can't change them while running.
+    fn resize(&self, capacity: u64, max_object: u64) -> bool {
+        let _ = (capacity, max_object);
+        false
+    }
 }

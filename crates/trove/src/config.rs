@@ -1,13 +1,19 @@
-//! trove's TOML config file. Every section is optional and every key has a safe default;
-//! unknown keys and bad values are refused at start-up with a message naming the key.
+//! trove's TOML config file. Every section is optional and most keys have a safe default (a
+//! `[[listener]]` needs `listen` and `mode`, an `[[origin]]` needs `host` and `upstreams`).
+//! Unknown keys and bad values are refused at start-up, every one of them at once, each naming
+//! its key: the file is read into a TOML table, each section (and each `[[listener]]` /
+//! `[[origin]]` entry) is checked key by key, then the whole is checked for what types alone
+//! can't say ([`trove_proxy::Settings::problems`]) and for what can be checked on this machine
+//! (the access log's directory).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use trove_proxy::settings::{
     AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
-    OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
+    Mode, OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
 };
 use trove_proxy::Settings;
 
@@ -38,11 +44,33 @@ impl Default for AdminSettings {
 pub struct RuntimeSettings {
     /// Worker threads; 0 means one per core.
     pub threads: usize,
+    /// Where `trove serve` writes its process id (and `trove reload` / `trove rotate` / `trove
+    /// stop` read it); `""` writes none.
+    pub pid_file: String,
+}
+
+/// A `[[listener]]` entry as written: every key optional here, so that every problem in
+/// it is found at once; the required ones are checked after.
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerEntry {
+    /// The address to listen on (`addr` is accepted as its older name).
+    #[serde(alias = "addr")]
+    pub listen: Option<SocketAddr>,
+    pub mode: Option<Mode>,
+}
+
+/// An `[[origin]]` entry as written (see [`ListenerEntry`]).
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields, default)]
+pub struct OriginEntry {
+    pub host: Option<String>,
+    pub path_prefix: Option<String>,
+    pub upstreams: Option<Vec<String>>,
 }
 
 /// The whole file.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Default)]
 pub struct Config {
     pub listener: Vec<ListenerSettings>,
     pub access: AccessSettings,
@@ -58,6 +86,43 @@ pub struct Config {
     pub runtime: RuntimeSettings,
 }
 
+/// Every problem found in a config file, one per line, each naming its key.
+#[derive(Debug)]
+pub struct Problems(pub Vec<String>);
+
+impl std::fmt::Display for Problems {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => {
+                write!(f, "{} problems:", many.len())?;
+                for p in many {
+                    write!(f, "\n  {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// The sections a file may have.
+const SECTIONS: &[&str] = &[
+    "listener",
+    "access",
+    "cache",
+    "limits",
+    "timeouts",
+    "origin_pool",
+    "connect",
+    "resolver",
+    "origin",
+    "log",
+    "admin",
+    "runtime",
+];
+
 impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
@@ -66,15 +131,95 @@ impl Config {
         Config::parse(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))
     }
 
-    /// Parses and checks config text.
-    pub fn parse(text: &str) -> anyhow::Result<Config> {
-        let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
-        config
-            .proxy_settings()
-            .validate()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        config.admin_addr()?;
-        Ok(config)
+    /// Parses and checks config text: every problem at once.
+    pub fn parse(text: &str) -> Result<Config, Problems> {
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+            // A syntax error stops the reading; say where, on one line.
+            Problems(vec![e.to_string().trim().replace('\n', " ")])
+        })?;
+        let mut p = Vec::new();
+        for key in table.keys() {
+            if !SECTIONS.contains(&key.as_str()) {
+                p.push(format!(
+                    "{key}: unknown section or key (sections: {})",
+                    SECTIONS.join(", ")
+                ));
+            }
+        }
+        let listener = entries::<ListenerEntry>("listener", table.remove("listener"), &mut p);
+        let origin = entries::<OriginEntry>("origin", table.remove("origin"), &mut p);
+        let mut config = Config {
+            access: section("access", table.remove("access"), &mut p),
+            cache: section("cache", table.remove("cache"), &mut p),
+            limits: section("limits", table.remove("limits"), &mut p),
+            timeouts: section("timeouts", table.remove("timeouts"), &mut p),
+            origin_pool: section("origin_pool", table.remove("origin_pool"), &mut p),
+            connect: section("connect", table.remove("connect"), &mut p),
+            resolver: section("resolver", table.remove("resolver"), &mut p),
+            log: section("log", table.remove("log"), &mut p),
+            admin: section("admin", table.remove("admin"), &mut p),
+            runtime: section("runtime", table.remove("runtime"), &mut p),
+            ..Config::default()
+        };
+        for (i, l) in listener.into_iter().enumerate() {
+            match (l.listen, l.mode) {
+                (Some(addr), Some(mode)) => config.listener.push(ListenerSettings { addr, mode }),
+                (listen, mode) => {
+                    if listen.is_none() {
+                        p.push(format!(
+                            "listener[{i}].listen: required (an address, e.g. \"127.0.0.1:3128\")"
+                        ));
+                    }
+                    if mode.is_none() {
+                        p.push(format!(
+                            "listener[{i}].mode: required (\"forward\" or \"reverse\")"
+                        ));
+                    }
+                }
+            }
+        }
+        for (i, o) in origin.into_iter().enumerate() {
+            if o.host.is_none() {
+                p.push(format!(
+                    "origin[{i}].host: required (a host name, or \"*\" for any)"
+                ));
+            }
+            if o.upstreams.is_none() {
+                p.push(format!(
+                    "origin[{i}].upstreams: required (e.g. [\"http://127.0.0.1:8000\"])"
+                ));
+            }
+            config.origin.push(OriginRoute {
+                host: o.host.unwrap_or_else(|| "*".into()),
+                path_prefix: o.path_prefix.unwrap_or_else(|| "/".into()),
+                upstreams: o.upstreams.unwrap_or_default(),
+            });
+        }
+        // What types can't say; a route left incomplete above is already reported.
+        let settings = config.proxy_settings();
+        for problem in settings.problems() {
+            if !p
+                .iter()
+                .any(|q| q.split(':').next() == problem.split(':').next())
+            {
+                p.push(problem);
+            }
+        }
+        if let Err(e) = config.admin_addr() {
+            p.push(e.to_string());
+        }
+        p.extend(check_log_target("log.access", &config.log.access));
+        if !config.runtime.pid_file.is_empty() {
+            p.extend(check_writable_file(
+                "runtime.pid_file",
+                &config.runtime.pid_file,
+            ));
+        }
+        if p.is_empty() {
+            Ok(config)
+        } else {
+            Err(Problems(p))
+        }
     }
 
     /// The admin listener address, if enabled.
@@ -87,6 +232,11 @@ impl Config {
             .parse()
             .map(Some)
             .map_err(|_| anyhow::anyhow!("admin.listen: invalid address {:?}", self.admin.listen))
+    }
+
+    /// The process-id file, if one is configured.
+    pub fn pid_file(&self) -> Option<PathBuf> {
+        (!self.runtime.pid_file.is_empty()).then(|| PathBuf::from(&self.runtime.pid_file))
     }
 
     /// The proxy's part of the config. No listener configured means the default forward
@@ -111,6 +261,145 @@ impl Config {
             other_listeners: Vec::new(),
         }
     }
+}
+
+/// Reads one section. If it doesn't deserialize as a whole, each key is tried alone (and each
+/// key of a nested table, like `[cache.cookies]`), so every bad key is reported by its full
+/// name; the section is then made of its good keys, so the checks that follow still see
+/// them (the config is refused anyway).
+fn section<T: DeserializeOwned + Default>(
+    name: &str,
+    value: Option<toml::Value>,
+    problems: &mut Vec<String>,
+) -> T {
+    let Some(value) = value else {
+        return T::default();
+    };
+    match T::deserialize(value.clone()) {
+        Ok(t) => t,
+        Err(whole) => {
+            let before = problems.len();
+            let mut good = toml::Table::new();
+            if let toml::Value::Table(table) = value {
+                for (key, v) in table {
+                    if isolate::<T>(&format!("{name}.{key}"), &key, v.clone(), problems) {
+                        good.insert(key, v);
+                    }
+                }
+            }
+            if problems.len() == before {
+                problems.push(format!("{name}: {}", message(&whole)));
+            }
+            T::deserialize(toml::Value::Table(good)).unwrap_or_default()
+        }
+    }
+}
+
+/// Tries `key = value` alone as a `T`; for a nested table, its keys one by one. True if it
+/// is good.
+fn isolate<T: DeserializeOwned>(
+    path: &str,
+    key: &str,
+    value: toml::Value,
+    problems: &mut Vec<String>,
+) -> bool {
+    let one = |v: toml::Value| {
+        let mut t = toml::Table::new();
+        t.insert(key.to_string(), v);
+        T::deserialize(toml::Value::Table(t))
+    };
+    let Err(e) = one(value.clone()) else {
+        return true;
+    };
+    if let toml::Value::Table(inner) = value {
+        let before = problems.len();
+        for (sub, v) in inner {
+            let mut t = toml::Table::new();
+            t.insert(sub.clone(), v);
+            if let Err(e) = one(toml::Value::Table(t)) {
+                problems.push(format!("{path}.{sub}: {}", message(&e)));
+            }
+        }
+        if problems.len() > before {
+            return false;
+        }
+    }
+    problems.push(format!("{path}: {}", message(&e)));
+    false
+}
+
+/// Reads an array of tables (`[[listener]]`, `[[origin]]`), each entry like a section.
+fn entries<T: DeserializeOwned + Default>(
+    name: &str,
+    value: Option<toml::Value>,
+    problems: &mut Vec<String>,
+) -> Vec<T> {
+    match value {
+        None => Vec::new(),
+        Some(toml::Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| section(&format!("{name}[{i}]"), Some(v), problems))
+            .collect(),
+        Some(_) => {
+            problems.push(format!("{name}: write it as [[{name}]] tables"));
+            Vec::new()
+        }
+    }
+}
+
+/// A deserialisation error's message, on one line.
+fn message(e: &toml::de::Error) -> String {
+    e.message().trim().replace('\n', " ")
+}
+
+/// `"-"` and `""` need nothing; a path must be a file trove can append to, in a directory
+/// that exists.
+fn check_log_target(key: &str, target: &str) -> Vec<String> {
+    match target {
+        "" | "-" => Vec::new(),
+        path => check_writable_file(key, path),
+    }
+}
+
+/// A file that exists must be writable; one that doesn't must have an existing, writable
+/// directory to be created in. Nothing is created or changed.
+fn check_writable_file(key: &str, path: &str) -> Vec<String> {
+    let p = Path::new(path);
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => vec![format!("{key}: {path:?} is a directory, not a file")],
+        Ok(_) => match std::fs::OpenOptions::new().append(true).open(p) {
+            Ok(_) => Vec::new(),
+            Err(e) => vec![format!("{key}: cannot write {path:?}: {e}")],
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => match writable_dir(dir) {
+                    Ok(()) => Vec::new(),
+                    Err(e) => vec![format!(
+                        "{key}: cannot create {path:?}: directory {} is not writable: {e}",
+                        dir.display()
+                    )],
+                },
+                Ok(_) => vec![format!("{key}: {} is not a directory", dir.display())],
+                Err(e) => vec![format!(
+                    "{key}: cannot create {path:?}: directory {}: {e}",
+                    dir.display()
+                )],
+            }
+        }
+        Err(e) => vec![format!("{key}: {path:?}: {e}")],
+    }
+}
+
+/// Whether this process may create files in `dir`, asked of the kernel (`access(2)` with
+/// `W_OK`, which also accounts for a read-only mount) without creating anything.
+fn writable_dir(dir: &Path) -> std::io::Result<()> {
+    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).map_err(std::io::Error::from)
 }
 
 /// A commented example config, printed by `trove serve --print-config`.
@@ -330,6 +619,105 @@ mod tests {
                 .to_string();
             assert!(e.contains(key), "{bad}: {e}");
         }
+    }
+
+    /// Every problem in one go, each by its full key: the operator fixes the file once.
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = "[cache]\nmemroy = \"1GiB\"\nmax_object = \"5\"\n\
+                    [cache.cookies]\nset_cookie = \"eat\"\n\
+                    [timeouts]\nconnect = \"5\"\nclient_idle = \"0s\"\n\
+                    [[listener]]\nlisten = \"127.0.0.1:1\"\n\
+                    [[origin]]\nhost = \"*\"\n\
+                    [log]\naccess = \"/nonexistent/dir/access.log\"\n\
+                    [colour]\n";
+        let e = Config::parse(text).unwrap_err();
+        let all = e.to_string();
+        for key in [
+            "cache.memroy",
+            "cache.max_object",
+            "cache.cookies.set_cookie",
+            "timeouts.connect",
+            "timeouts.client_idle",
+            "listener[0].mode",
+            "origin[0].upstreams",
+            "log.access",
+            "colour",
+        ] {
+            assert!(
+                e.0.iter().any(|p| p.starts_with(key)),
+                "{key} missing from:\n{all}"
+            );
+        }
+        assert!(
+            all.starts_with(&format!("{} problems:", e.0.len())),
+            "{all}"
+        );
+        assert!(all.contains("/nonexistent/dir"), "{all}");
+    }
+
+    /// Sizes and durations need their unit; the units the messages list are the ones accepted.
+    #[test]
+    fn units_are_required_and_the_listed_ones_accepted() {
+        for (text, key) in [
+            ("[timeouts]\nconnect = \"5\"\n", "timeouts.connect"),
+            ("[timeouts]\nconnect = 5\n", "timeouts.connect"),
+            ("[cache]\nmemory = 1073741824\n", "cache.memory"),
+            ("[cache]\nmemory = \"1G\"\n", "cache.memory"),
+            ("[cache.abort]\nmin_left = \"16\"\n", "cache.abort.min_left"),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.starts_with(key), "{text}: {e}");
+        }
+        let c = Config::parse("[cache]\nmemory = \"1GB\"\nmax_object = \"1MiB\"\n").unwrap();
+        assert_eq!(c.cache.memory, 1_000_000_000);
+        assert_eq!(c.cache.max_object, 1 << 20);
+        let c = Config::parse("[timeouts]\nconnect = \"1500ms\"\n").unwrap();
+        assert_eq!(c.timeouts.connect, std::time::Duration::from_millis(1500));
+    }
+
+    /// A listener's address is `listen`, as the admin's is; `addr` is still read.
+    #[test]
+    fn listener_address_is_listen_and_required_keys_are_named() {
+        let c = Config::parse("[[listener]]\nlisten = \"127.0.0.1:3129\"\nmode = \"forward\"\n")
+            .unwrap();
+        assert_eq!(c.listener[0].addr.to_string(), "127.0.0.1:3129");
+        let c =
+            Config::parse("[[listener]]\naddr = \"127.0.0.1:3130\"\nmode = \"forward\"\n").unwrap();
+        assert_eq!(c.listener[0].addr.to_string(), "127.0.0.1:3130");
+        let e = Config::parse("[[listener]]\nmode = \"forward\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("listener[0].listen: required"), "{e}");
+        let e = Config::parse("[[origin]]\nupstreams = [\"http://127.0.0.1:1\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("origin[0].host: required"), "{e}");
+    }
+
+    /// What can be checked on this machine is: a log or pid file trove could not create.
+    #[test]
+    fn log_and_pid_paths_are_checked() {
+        let dir = std::env::temp_dir().join(format!("trove-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("access.log");
+        Config::parse(&format!("[log]\naccess = {:?}\n", ok.to_str().unwrap())).unwrap();
+        assert!(!ok.exists(), "checking creates nothing");
+        let e = Config::parse(&format!("[log]\naccess = {:?}\n", dir.to_str().unwrap()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("log.access") && e.contains("is a directory"),
+            "{e}"
+        );
+        let e = Config::parse("[runtime]\npid_file = \"/nonexistent/trove.pid\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("runtime.pid_file") && e.contains("/nonexistent"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `[cache.disk]`: one path or a list, units required, bounds checked by name.

@@ -11,6 +11,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
+mod lifecycle;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +37,27 @@ enum Command {
     Serve(ServeArgs),
     /// Web-Polygraph-style benchmark of any caching proxy.
     Bench(Box<trove_bench::BenchArgs>),
+    /// Make a running `trove serve` re-read its config (SIGHUP): routes, ACLs, limits,
+    /// timeouts, log and cache budget change; the cache and open connections are kept.
+    Reload(SignalArgs),
+    /// Make a running `trove serve` reopen its access log (SIGUSR1), after logrotate moved it.
+    Rotate(SignalArgs),
+    /// Stop a running `trove serve` gracefully (SIGTERM): requests in flight finish within
+    /// `[timeouts] shutdown`.
+    Stop(SignalArgs),
+}
+
+/// Which running trove to signal: the process id in the config's `[runtime] pid_file`, or
+/// one given.
+#[derive(clap::Args)]
+struct SignalArgs {
+    /// The config file the running trove was started with (its `[runtime] pid_file` names
+    /// the process).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// The process id, instead of a pid file.
+    #[arg(long)]
+    pid: Option<i32>,
 }
 
 #[derive(clap::Args)]
@@ -63,6 +85,9 @@ fn main() {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => trove_bench::run(*args),
+        Command::Reload(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Reload),
+        Command::Rotate(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Rotate),
+        Command::Stop(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Stop),
     };
     if let Err(e) = result {
         eprintln!("trove: {e:#}");
@@ -97,69 +122,124 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .enable_all()
             .build()?
     };
-    runtime.block_on(run(config))
+    runtime.block_on(run(config, args.config))
 }
 
-struct AdminSource(Arc<trove_proxy::Shared>);
+/// What the admin listener shows: always the proxy's current generation.
+struct AdminSource(Arc<trove_proxy::listener::Current>);
 
 impl trove_admin::Source for AdminSource {
     fn metrics(&self) -> String {
-        self.0.render_metrics()
+        self.0.get().map(|s| s.render_metrics()).unwrap_or_default()
     }
 
     fn status_page(&self) -> String {
-        trove_proxy::status::page(&self.0)
+        self.0
+            .get()
+            .map(|s| trove_proxy::status::page(&s))
+            .unwrap_or_default()
     }
 
     fn refused(&self, _peer: std::net::SocketAddr) {
-        self.0
-            .metrics
-            .admin_refused
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(s) = self.0.get() {
+            s.metrics
+                .admin_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
+    let pid_file = config.pid_file();
+    if let Some(pid_file) = &pid_file {
+        lifecycle::claim_pid_file(pid_file)?;
+    }
+    let result = serve_until_stopped(config, path).await;
+    if let Some(pid_file) = &pid_file {
+        let _ = std::fs::remove_file(pid_file);
+    }
+    result
+}
+
+async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     // The admin listener is bound before the proxy starts, so the proxy refuses its address
     // as a destination from the first request on.
     let admin = match config.admin_addr()? {
         Some(addr) => Some(trove_admin::bind(addr).await?),
         None => None,
     };
+    let admin_addr = admin.as_ref().map(|a| a.local_addr());
     let mut settings = config.proxy_settings();
-    settings
-        .other_listeners
-        .extend(admin.as_ref().map(|a| a.local_addr()));
-    let running = trove_proxy::start(settings).await?;
+    settings.other_listeners.extend(admin_addr);
+    let mut running = trove_proxy::start(settings).await?;
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }
     if let Some(admin) = admin {
         let bound = admin.local_addr();
         let allow = trove_admin::Allow::new(config.admin.allow.clone());
-        admin.serve(allow, Arc::new(AdminSource(Arc::clone(&running.shared))));
+        admin.serve(allow, Arc::new(AdminSource(running.current())));
         eprintln!("admin listening {bound}");
     }
-    shutdown_signal().await;
-    eprintln!("trove: shutting down");
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+    let mut signals = lifecycle::Signals::new()?;
+    let mut config = config;
+    loop {
+        match signals.next().await {
+            lifecycle::Ask::Reload => {
+                let Some(path) = &path else {
+                    eprintln!("trove: reload: started without --config, nothing to re-read");
+                    continue;
+                };
+                match Config::load(path) {
+                    Err(e) => eprintln!("trove: reload refused, the running config stays: {e:#}"),
+                    Ok(next) => {
+                        let mut settings = next.proxy_settings();
+                        settings.other_listeners.extend(admin_addr);
+                        match running.reload(settings) {
+                            Err(e) => {
+                                eprintln!("trove: reload refused, the running config stays: {e}")
+                            }
+                            Ok(done) => {
+                                eprintln!(
+                                    "trove: reloaded {}: {}",
+                                    path.display(),
+                                    lifecycle::describe(&done, &config, &next)
+                                );
+                                for (mode, addr) in &running.addrs {
+                                    if done.listening.contains(addr) {
+                                        eprintln!("listening {} {addr}", mode.as_str());
+                                    }
+                                }
+                                config = next;
+                            }
+                        }
+                    }
+                }
+            }
+            lifecycle::Ask::Rotate => {
+                running.reopen_log();
+                eprintln!("trove: reopening the access log");
+            }
+            lifecycle::Ask::Stop => {
+                let bound = running.shared.settings.timeouts.shutdown;
+                eprintln!(
+                    "trove: stopping: no new connections, waiting up to {bound:?} for requests in flight (signal again to stop at once)"
+                );
+                tokio::select! {
+                    left = running.stop(bound) => {
+                        if left > 0 {
+                            eprintln!("trove: stopped with {left} connections still open after {bound:?}");
+                        } else {
+                            eprintln!("trove: stopped");
+                        }
+                    }
+                    _ = signals.next_stop() => {
+                        running.shared.log.close();
+                        eprintln!("trove: stopping at once");
+                    }
+                }
+                return Ok(());
+            }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

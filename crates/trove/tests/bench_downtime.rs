@@ -22,7 +22,7 @@ fn downtime_test_measures_trove_killed_and_restarted() {
     std::fs::write(
         &config,
         format!(
-            "[[listener]]\naddr = \"127.0.0.1:{port}\"\nmode = \"forward\"\n[cache]\n\
+            "[[listener]]\nlisten = \"127.0.0.1:{port}\"\nmode = \"forward\"\n[cache]\n\
              memory = \"64MiB\"\n[admin]\nlisten = \"\"\n"
         ),
     )

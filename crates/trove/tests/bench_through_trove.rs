@@ -31,7 +31,7 @@ fn polymix2_through_trove_hits_what_is_offered() {
     std::fs::write(
         &config,
         format!(
-            "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[cache]\nmemory = \"512MiB\"\n\
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[cache]\nmemory = \"512MiB\"\n\
              [admin]\nlisten = \"\"\n[log]\naccess = \"{}\"\n",
             dir.join("access.log").display()
         ),

@@ -144,7 +144,7 @@ fn request(addr: &str, raw: &str) -> String {
 fn out_of_descriptors_warns_pauses_accepting_and_recovers() {
     let origin = origin();
     let trove = start(
-        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n\
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess = \"\"\n\
          [limits]\nmax_client_connections = 1000\n",
     );

@@ -27,7 +27,9 @@ use crate::cache::target::Target;
 use crate::client::head::RequestHead;
 use crate::destination::Reach;
 use crate::metrics::Metrics;
-use crate::origin::{self, abandon, OriginError, OriginRequest, OriginRequestBody, OriginResponse};
+use crate::origin::{
+    self, abandon, Failed, Interim, OriginError, OriginRequest, OriginRequestBody, OriginResponse,
+};
 use crate::settings::Mode;
 use crate::state::Shared;
 
@@ -55,10 +57,12 @@ pub struct Outgoing<'a> {
     pub extra: Option<&'a HeaderMap>,
     pub body: OriginRequestBody,
     pub retry: Retry,
+    /// Where the origin's interim responses go: the client's, for a request made for it.
+    pub interim: Option<&'a Arc<Interim>>,
 }
 
 /// Sends a request to its target's origin, or sheds it at once when too many wait already.
-pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, OriginError> {
+pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, Failed> {
     let host = HeaderValue::from_str(out.target.url.authority())
         .map_err(|_| OriginError::Protocol("cannot build request"))?;
     let h = headers::to_origin(
@@ -82,7 +86,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         .map_err(|_| OriginError::Protocol("cannot build request"))?
         .into_parts();
     let Ok(_slot) = Arc::clone(&shared.origin_slots).try_acquire_owned() else {
-        return Err(OriginError::Shed(ShedReason::PendingLimit));
+        return Err(OriginError::Shed(ShedReason::PendingLimit).into());
     };
     let t = &shared.settings.timeouts;
     let result = origin::send(
@@ -94,6 +98,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
             head,
             body: out.body,
             retryable: out.retry == Retry::Allowed,
+            interim: out.interim.cloned(),
         },
         t.origin_response,
         t.origin_body,
@@ -101,8 +106,16 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     .await;
     // A shed request never reached the origin (it is counted as shed), and a refused
     // destination has its own counter: neither is an origin error.
-    if matches!(&result, Err(e) if !matches!(e, OriginError::Shed(_) | OriginError::Refused(_))) {
-        shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
+    if let Err(f) = &result {
+        if !matches!(f.error, OriginError::Shed(_) | OriginError::Refused(_)) {
+            shared.metrics.origin_errors.fetch_add(1, Ordering::Relaxed);
+            if let Some(up) = &f.upstream {
+                shared.metrics.origin_failures.record(up, &f.error);
+            }
+        }
+    }
+    if let Ok(resp) = &result {
+        shared.metrics.origin_failures.record_ok(&resp.upstream);
     }
     result
 }

@@ -31,6 +31,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use tokio::io::AsyncRead;
 use trove_cache::decide::{self, BodyState};
+use trove_cache::partial::{self, OnCompletion};
 use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
 use trove_cache::resume;
 use trove_cache::{
@@ -43,7 +44,9 @@ use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
 use crate::client::info::ConnInfo;
 use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
-use crate::origin::{body_channel, OriginError, OriginRequestBody, OriginResponse};
+use crate::origin::{
+    body_channel, Failed, InterimSlot, OriginError, OriginRequestBody, OriginResponse,
+};
 use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -82,6 +85,8 @@ struct Ctx<'a> {
     client_ip: IpAddr,
     /// The client as the destination guard sees it.
     reach: Reach,
+    /// Where interim responses to this client's own origin requests go.
+    interim: Option<&'a InterimSlot>,
 }
 
 impl Ctx<'_> {
@@ -102,7 +107,7 @@ impl Ctx<'_> {
         &self,
         conditionals: Conditionals,
         extra: Option<&HeaderMap>,
-    ) -> Result<OriginResponse, OriginError> {
+    ) -> Result<OriginResponse, Failed> {
         fetch::send(
             self.shared,
             Outgoing {
@@ -115,6 +120,7 @@ impl Ctx<'_> {
                 extra,
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: self.interim.map(InterimSlot::queue),
             },
         )
         .await
@@ -129,6 +135,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
     target: &Target,
     info: ConnInfo,
     body: &mut RequestBody<'_, R>,
+    interim: Option<&InterimSlot>,
 ) -> Reply {
     let body_state = if body.is_done() {
         BodyState::Empty
@@ -154,6 +161,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
         mode: info.mode,
         client_ip,
         reach: Reach { class, checked },
+        interim,
     };
     match entry {
         Entry::Purge => purge(&cx),
@@ -291,6 +299,9 @@ fn hit(
     now: SystemTime,
 ) -> Reply {
     cx.shared.store.touch(obj);
+    if let Some(why) = status.stale_served() {
+        cx.shared.metrics.count_stale(why);
+    }
     deliver::stored(obj, cx.core(), now, outcome, status, None).with_detach(|| detach(cx, obj))
 }
 
@@ -323,6 +334,7 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
                 extra: Some(&extra),
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: None,
             };
             let resp = fetch::send(&shared, out).await.ok()?;
             // Anything but the rest of this very representation is dropped unread.
@@ -335,8 +347,18 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
     }
 }
 
-/// A miss: join a fetch already under way for this key, or lead one, then fetch.
+/// A miss: complete a stored partial response with the range it lacks, or join a fetch
+/// already under way for this key, or lead one, then fetch.
 async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
+    if f.fwd == Fwd::VaryMiss {
+        // Only pieces of the response are stored (or other variants).
+        let stored = cx.shared.store.lookup(cx.key());
+        if let Some(c) = partial::completion(&stored, cx.core()) {
+            if let Some(reply) = complete(cx, &c).await {
+                return reply;
+            }
+        }
+    }
     let mut leader: Option<Leader> = None;
     if f.collapse == Collapse::Allowed {
         match cx.shared.fetches.join(cx.key()) {
@@ -360,6 +382,53 @@ async fn miss(cx: &Ctx<'_>, f: Fetch) -> Reply {
         }
     }
     fetch_and_store(cx, f, leader).await
+}
+
+/// Asks the origin only for the range a stored partial response lacks (RFC 9111 §3.4),
+/// stores that part, combines the two and serves the client from the result. Another
+/// answer is handled like any fetch's. `None` when the part turns out unusable after all
+/// (not storable, cut short): the request then goes on as an ordinary miss.
+async fn complete(cx: &Ctx<'_>, c: &partial::Completion) -> Option<Reply> {
+    let resp = match cx.send(Conditionals::Strip, Some(&c.fields)).await {
+        Ok(r) => r,
+        Err(e) => return Some(failed(cx, None, Fwd::Partial, Outcome::Miss, &e)),
+    };
+    match partial::after_completion(c, resp.status, &resp.headers) {
+        OnCompletion::Part => {}
+        // The representation changed (If-Range did not match), the origin sent something
+        // else, or failed: its answer is handled like any fetch's.
+        OnCompletion::Other => {
+            return Some(from_origin(cx, resp, None, Fwd::Partial, Outcome::Miss))
+        }
+    }
+    let shared = cx.shared;
+    let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
+    let head = response_head(&resp, &headers);
+    let max = shared.store.max_object();
+    let verdict = respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), Fwd::Partial, max);
+    let OnResponse::Store { object, .. } = verdict else {
+        tokio::spawn(fetch::discard(resp));
+        return None;
+    };
+    let Ok(part) = shared.store.insert(*object) else {
+        tokio::spawn(fetch::discard(resp));
+        return None;
+    };
+    // Combining needs the whole part: read it in as it is stored.
+    let mut arriving = part.body.reader(0);
+    fetch::spawn_fill(shared, resp, Arc::clone(&part));
+    while let Some(piece) = arriving.next().await {
+        piece.ok()?;
+    }
+    let policy = cx.rules().policy;
+    partial::combine(&*shared.store, policy, cx.key());
+    let now = fetch::now();
+    match lookup::lookup(&*shared.store, cx.key(), cx.core(), policy, now) {
+        lookup::Lookup::Found(obj, r) if !matches!(r, trove_http::Reuse::Unusable { .. }) => Some(
+            hit(cx, &obj, Outcome::Miss, partial::completed_status(), now),
+        ),
+        _ => None,
+    }
 }
 
 /// Sends `f` to the origin and stores or passes what comes back.
@@ -397,7 +466,6 @@ fn from_origin(
     outcome: Outcome,
 ) -> Reply {
     let shared = cx.shared;
-    let peer = Some(resp.upstream.authority());
     let headers = respond::clean_response_headers(&resp.headers, &shared.via, resp.response_time);
     let head = response_head(&resp, &headers);
     if cx.req.method == Method::HEAD {
@@ -417,7 +485,34 @@ fn from_origin(
         }
     }
     let max = shared.store.max_object();
-    match respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max) {
+    let verdict = respond::after_fetch(cx.core(), cx.key(), &head, cx.rules(), fwd, max);
+    carry_out(cx, resp, headers, verdict, leader, outcome)
+}
+
+/// Carries out the core's store-or-pass verdict on an origin response (`headers`, its
+/// cleaned fields): insert it, start filling its body and serve it from the store, waking
+/// collapsed waiters; or send it straight on.
+fn carry_out(
+    cx: &Ctx<'_>,
+    resp: OriginResponse,
+    headers: HeaderMap,
+    verdict: OnResponse,
+    leader: Option<Leader>,
+    outcome: Outcome,
+) -> Reply {
+    let shared = cx.shared;
+    let peer = Some(resp.upstream.authority());
+    // A stored answer to a POST (RFC 9110 §9.3.3) is the client's whole response: its own
+    // preconditions and range were the origin's to judge.
+    let no_fields = HeaderMap::new();
+    let for_client = if cx.req.method == Method::POST {
+        Request::new(&Method::GET, &no_fields)
+    } else {
+        cx.core()
+    };
+    // The memo of uncacheable URLs is about GETs: a POST's answer says nothing of them.
+    let remembers = cx.req.method != Method::POST;
+    match verdict {
         OnResponse::Store {
             object,
             leader_fields,
@@ -428,7 +523,7 @@ fn from_origin(
                 // The leader's reader exists before the fill starts, so the fill never runs
                 // ahead of it as if nobody were reading.
                 let mut reply =
-                    deliver::stored(&obj, cx.core(), fetch::now(), outcome, status, peer)
+                    deliver::stored(&obj, for_client, fetch::now(), outcome, status, peer)
                         .with_detach(|| detach(cx, &obj));
                 fetch::spawn_fill(shared, resp, Arc::clone(&obj));
                 if let Some(l) = leader {
@@ -440,13 +535,15 @@ fn from_origin(
                 reply
             }
             Err(why) => {
-                shared.memo.lock().remember(cx.key(), fetch::now());
+                if remembers {
+                    shared.memo.lock().remember(cx.key(), fetch::now());
+                }
                 pass_through(cx, resp, headers, outcome, respond::refused(status, why))
             }
         },
         OnResponse::Pass { status, remember } => {
             drop(leader);
-            if remember {
+            if remember && remembers {
                 shared.memo.lock().remember(cx.key(), fetch::now());
             }
             pass_through(cx, resp, headers, outcome, status)
@@ -492,14 +589,16 @@ fn pass_through(
     }
 }
 
-/// The origin could not be reached: stale-if-error, or a generated error.
+/// The origin could not be reached: stale-if-error, or a generated error that names the
+/// upstream (in its body and in the log's hierarchy field).
 fn failed(
     cx: &Ctx<'_>,
     stale: Option<&Arc<Object>>,
     fwd: Fwd,
     outcome: Outcome,
-    e: &OriginError,
+    f: &Failed,
 ) -> Reply {
+    let e = &f.error;
     if let OriginError::Refused(why) = e {
         // Refused at connect time (counted there): not an origin failure, so no stale copy
         // and no 502.
@@ -516,7 +615,13 @@ fn failed(
             outcome,
             cache_status,
         } => {
-            let mut r = Reply::simple(status, outcome, &e.to_string());
+            let upstream = f.upstream.as_ref().map(|u| u.authority());
+            let text = match &upstream {
+                Some(u) => format!("upstream {u}: {e}"),
+                None => e.to_string(),
+            };
+            let mut r = Reply::simple(status, outcome, &text);
+            r.peer = upstream;
             r.headers
                 .insert(CACHE_STATUS, cache_status.header_value(None));
             if status == StatusCode::SERVICE_UNAVAILABLE {
@@ -646,6 +751,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                 extra: Some(&cond),
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
+                interim: None,
             },
         )
         .await;
@@ -717,7 +823,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             Some(up) => match cx.shared.pool.upload_slot(up).await {
                 Ok(s) => slot = Some(s),
                 // Shed (TCP_SHED, counted when the reply is recorded).
-                Err(e) => return failed(cx, None, Fwd::Method, Outcome::Miss, &e).closing(),
+                Err(e) => return failed(cx, None, Fwd::Method, Outcome::Miss, &e.into()).closing(),
             },
             None => {
                 return failed(
@@ -725,7 +831,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
                     None,
                     Fwd::Method,
                     Outcome::Miss,
-                    &OriginError::Protocol("no upstream"),
+                    &OriginError::Protocol("no upstream").into(),
                 )
             }
         }
@@ -756,6 +862,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             } else {
                 Retry::No
             },
+            interim: cx.interim.map(InterimSlot::queue),
         },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body
@@ -828,8 +935,10 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             }
             let headers =
                 respond::clean_response_headers(&resp.headers, &cx.shared.via, resp.response_time);
-            let status = CacheStatus::forward(Fwd::Method).with_fwd_status(resp.status.as_u16());
-            pass_through(cx, resp, headers, Outcome::Miss, status)
+            let head = response_head(&resp, &headers);
+            let max = cx.shared.store.max_object();
+            let verdict = respond::after_pass(cx.core(), cx.key(), &head, cx.rules(), max);
+            carry_out(cx, resp, headers, verdict, None, Outcome::Miss)
         }
     };
     if unfinished {

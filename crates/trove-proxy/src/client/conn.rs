@@ -15,6 +15,7 @@ use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
 use crate::client::write::ClientWriter;
+use crate::origin::{Forwarded, InterimSlot};
 use crate::reply::Reply;
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -25,8 +26,9 @@ use trove_cache::Outcome;
 /// beyond this the connection is closed instead.
 const DRAIN_LIMIT: u64 = 256 * 1024;
 
-/// How long an idle connection keeps its read buffer before giving it back.
-const KEEP_BUFFER_WHILE_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long an idle connection keeps its read buffer before giving it back (and, in that
+/// time, does not look at a graceful stop).
+const KEEP_BUFFER_WHILE_IDLE: std::time::Duration = crate::lifecycle::IDLE_CHECK;
 
 enum HeadRead {
     Head(Box<RequestHead>),
@@ -51,9 +53,14 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
         // begun it must be complete within `client_head` (slowloris).
         let wait = if rs.buf.iter().all(|b| *b == b'\r' || *b == b'\n') {
             if rs.buf.is_empty() {
+                if shared.lifecycle.stopping() {
+                    return HeadRead::Closed;
+                }
                 // A busy connection keeps its buffer; one idle for a while gives it back and
                 // waits for readiness without one, so tens of thousands of idle keep-alive
                 // connections cost little memory and busy ones allocate nothing per request.
+                // A graceful stop is noticed at the end of the first wait (no cost per
+                // request), and at once during the second.
                 let first = KEEP_BUFFER_WHILE_IDLE.min(t.client_idle);
                 match tokio::time::timeout(first, rs.io.readable()).await {
                     Ok(Ok(())) => {}
@@ -61,9 +68,12 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
                     Err(_) => {
                         rs.buf = bytes::BytesMut::new();
                         let rest = t.client_idle.saturating_sub(first);
-                        match tokio::time::timeout(rest, rs.io.readable()).await {
-                            Ok(Ok(())) => {}
-                            _ => return HeadRead::Closed,
+                        tokio::select! {
+                            r = tokio::time::timeout(rest, rs.io.readable()) => match r {
+                                Ok(Ok(())) => {}
+                                _ => return HeadRead::Closed,
+                            },
+                            () = shared.lifecycle.stopped() => return HeadRead::Closed,
                         }
                     }
                 }
@@ -87,8 +97,9 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
 }
 
 /// Serves one connection to the end.
-pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
-    let metrics = &shared.metrics;
+pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared>) {
+    // The same metrics in every generation (see `crate::lifecycle`).
+    let metrics = Arc::clone(&shared.metrics);
     metrics.client_accepted.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard::new(Arc::clone(&shared.metrics));
     let _ = stream.set_nodelay(true);
@@ -97,7 +108,14 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
     let mut w = ClientWriter::new(wr, shared.settings.timeouts.client_write);
     let mut served = 0u64;
     loop {
-        let head = match read_head(&mut rs, &shared).await {
+        let head = read_head(&mut rs, &shared).await;
+        // A reload happened: this request is served under the new settings, and the client
+        // is judged again by the new ACL.
+        if let Some(newest) = shared.newest() {
+            shared = newest;
+            info.allowed = shared.acl.allows(info.peer.ip());
+        }
+        let head = match head {
             HeadRead::Head(h) => h,
             HeadRead::Closed => break,
             HeadRead::Bad(e) => {
@@ -206,15 +224,29 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 }
                 // Boxed: the state machine's future is large, and an idle connection's task
                 // should not carry its space between requests.
-                let reply = Box::pin(crate::cache::handle(
-                    &shared, &head, &target, info, &mut body,
-                ))
+                let interim = InterimSlot::for_client(head.version);
+                let reply = Box::pin(async {
+                    let handled = crate::cache::handle(
+                        &shared,
+                        &head,
+                        &target,
+                        info,
+                        &mut body,
+                        interim.as_ref(),
+                    );
+                    match &interim {
+                        Some(interim) => forward_interim(handled, interim, &mut w).await,
+                        None => handled.await,
+                    }
+                })
                 .await;
                 (Some(target), reply)
             }
         };
         let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
-        let keep_alive = head.keep_alive && !reply.close && body_clean;
+        // Stopping: this reply is the connection's last (`Connection: close`).
+        let keep_alive =
+            head.keep_alive && !reply.close && body_clean && !shared.lifecycle.stopping();
         let outcome = reply.outcome;
         let status = reply.status;
         let peer = reply.peer.clone();
@@ -261,6 +293,34 @@ pub async fn serve(stream: TcpStream, info: ConnInfo, shared: Arc<Shared>) {
                 lingering_close(&mut rs, &mut w).await;
             }
             break;
+        }
+    }
+}
+
+/// Waits for `reply`, writing the origin's interim (1xx) responses to the client meanwhile,
+/// in the order they came and all before the final response (hyper reports each one before
+/// it hands over the final head). Once a write fails the rest are dropped; the reply's own
+/// write then finds out what became of the client.
+async fn forward_interim(
+    reply: impl std::future::Future<Output = Reply>,
+    interim: &InterimSlot,
+    w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+) -> Reply {
+    let mut reply = std::pin::pin!(reply);
+    let mut open = true;
+    loop {
+        let (heads, done) = match interim.next(&mut reply).await {
+            Forwarded::Heads(h) => (h, None),
+            Forwarded::Done(r, h) => (h, Some(r)),
+        };
+        for h in heads {
+            if !open {
+                break;
+            }
+            open = w.send_interim(h.status, &h.headers).await.is_ok();
+        }
+        if let Some(r) = done {
+            return r;
         }
     }
 }

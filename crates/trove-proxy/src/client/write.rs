@@ -197,6 +197,32 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
         .map_err(|_| timed_out())?
     }
 
+    /// Writes an interim (1xx) response head; `headers` are already fit to forward.
+    pub async fn send_interim(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> std::io::Result<()> {
+        let mut out = BytesMut::with_capacity(64 + headers.len() * 48);
+        out.put_slice(b"HTTP/1.1 ");
+        out.put_slice(status.as_str().as_bytes());
+        out.put_u8(b' ');
+        out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+        out.put_slice(b"\r\n");
+        for (name, value) in headers {
+            out.put_slice(name.as_str().as_bytes());
+            out.put_slice(b": ");
+            out.put_slice(value.as_bytes());
+            out.put_slice(b"\r\n");
+        }
+        out.put_slice(b"\r\n");
+        tokio::time::timeout(self.timeout, self.io.write_all(&out))
+            .await
+            .map_err(|_| timed_out())??;
+        self.sent += out.len() as u64;
+        Ok(())
+    }
+
     pub async fn flush(&mut self) -> std::io::Result<()> {
         self.io.flush().await
     }

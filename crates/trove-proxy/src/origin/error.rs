@@ -13,6 +13,9 @@ pub enum OriginError {
     /// The origin's name did not resolve (DNS): a failure to reach it, like `Connect`.
     #[error("cannot resolve the origin's name: {0}")]
     Resolve(std::io::Error),
+    /// The name servers did not answer in time.
+    #[error("the origin's name servers did not answer in time")]
+    ResolveTimeout,
     /// The destination guard refused the destination: the client is answered 403, not as
     /// an origin failure (no stale-if-error, no failover).
     #[error("{}", .0.explain())]
@@ -45,9 +48,9 @@ impl OriginError {
     /// so this stays total.
     pub fn failure(&self) -> OriginFailure {
         match self {
-            OriginError::Connect(_) | OriginError::Resolve(_) | OriginError::Refused(_) => {
-                OriginFailure::ConnectionRefused
-            }
+            OriginError::Connect(_) | OriginError::Refused(_) => OriginFailure::ConnectionRefused,
+            OriginError::Resolve(_) => OriginFailure::DnsError,
+            OriginError::ResolveTimeout => OriginFailure::DnsTimeout,
             OriginError::ConnectTimeout => OriginFailure::ConnectionTimeout,
             OriginError::Shed(why) => OriginFailure::Overloaded(*why),
             OriginError::ResponseTimeout | OriginError::BodyTimeout => OriginFailure::Timeout,
@@ -62,5 +65,42 @@ impl OriginError {
         } else {
             OriginError::Closed
         }
+    }
+}
+
+/// An origin error and the upstream it came from (`None` when no upstream was tried: the
+/// request was shed, or could not be built).
+#[derive(Debug)]
+pub struct Failed {
+    pub error: OriginError,
+    pub upstream: Option<crate::upstream::Upstream>,
+}
+
+impl From<OriginError> for Failed {
+    fn from(error: OriginError) -> Failed {
+        Failed {
+            error,
+            upstream: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name that does not resolve is no refused connection: its own detail, and RFC
+    /// 9209's status (502, 504 when the name servers did not answer).
+    #[test]
+    fn dns_failures_have_their_own_detail_and_status() {
+        let nx = OriginError::Resolve(std::io::Error::other("no such name"));
+        assert_eq!(nx.failure(), OriginFailure::DnsError);
+        assert_eq!(nx.failure().as_str(), "dns-error");
+        assert_eq!(nx.status(), StatusCode::BAD_GATEWAY);
+        let slow = OriginError::ResolveTimeout;
+        assert_eq!(slow.failure().as_str(), "dns-timeout");
+        assert_eq!(slow.status(), StatusCode::GATEWAY_TIMEOUT);
+        let refused = OriginError::Connect(std::io::Error::other("refused"));
+        assert_eq!(refused.failure().as_str(), "connection-refused");
     }
 }

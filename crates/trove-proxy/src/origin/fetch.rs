@@ -12,7 +12,9 @@ use trove_http::content_length;
 
 use crate::destination::Reach;
 use crate::metrics::Metrics;
+use crate::origin::error::Failed;
 pub use crate::origin::error::OriginError;
+use crate::origin::interim::Interim;
 use crate::origin::pool::{Pool, PooledConn};
 use crate::origin::request_body::OriginRequestBody;
 use crate::upstream::{Upstream, Upstreams};
@@ -97,6 +99,8 @@ pub struct OriginRequest {
     /// True when the request can be sent again on a fresh connection if a pooled one turns
     /// out to be dead (idempotent, no streamed body).
     pub retryable: bool,
+    /// Where the origin's interim (1xx) responses go, for a client that may get them.
+    pub interim: Option<Arc<Interim>>,
 }
 
 /// Sends `req` to the first upstream that accepts a connection; `upstreams` are tried in
@@ -110,27 +114,33 @@ pub async fn send(
     req: OriginRequest,
     response_timeout: Duration,
     body_timeout: Duration,
-) -> Result<OriginResponse, OriginError> {
+) -> Result<OriginResponse, Failed> {
     let OriginRequest {
         head,
         body,
         retryable,
+        interim,
     } = req;
     let mut body = Some(body);
-    let mut last_err = OriginError::Protocol("no upstream");
+    let mut last_err = Failed::from(OriginError::Protocol("no upstream"));
     for upstream in upstreams.iter() {
+        let failed = |error| Failed {
+            error,
+            upstream: Some(upstream.clone()),
+        };
         for attempt in 0..2 {
             let mut conn = match pool.checkout(upstream, upstreams.chooser(), reach).await {
                 Ok(c) => c,
                 Err(
                     e @ (OriginError::Connect(_)
                     | OriginError::Resolve(_)
+                    | OriginError::ResolveTimeout
                     | OriginError::ConnectTimeout),
                 ) => {
-                    last_err = e;
+                    last_err = failed(e);
                     break; // next upstream
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(failed(e)),
             };
             let this_body = if retryable {
                 OriginRequestBody::empty()
@@ -140,14 +150,17 @@ pub async fn send(
                     None => return Err(last_err),
                 }
             };
-            let request = Request::from_parts(head.clone(), this_body);
+            let mut request = Request::from_parts(head.clone(), this_body);
+            if let Some(interim) = &interim {
+                interim.attach(&mut request);
+            }
             let request_time = SystemTime::now();
             metrics.origin_requests.fetch_add(1, Ordering::Relaxed);
             let reused = conn.reused;
             let result =
                 tokio::time::timeout(response_timeout, conn.sender.send_request(request)).await;
             match result {
-                Err(_) => return Err(OriginError::ResponseTimeout),
+                Err(_) => return Err(failed(OriginError::ResponseTimeout)),
                 Ok(Err(e)) => {
                     let err = OriginError::from_hyper(e);
                     // A pooled connection may have been closed by the origin just as we
@@ -155,7 +168,7 @@ pub async fn send(
                     if reused && retryable && attempt == 0 && matches!(err, OriginError::Closed) {
                         continue;
                     }
-                    return Err(err);
+                    return Err(failed(err));
                 }
                 Ok(Ok(resp)) => {
                     let (mut parts, incoming) = resp.into_parts();
@@ -172,7 +185,7 @@ pub async fn send(
                                     .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
                             }
                             Ok(None) => {}
-                            Err(e) => return Err(OriginError::Protocol(e.as_str())),
+                            Err(e) => return Err(failed(OriginError::Protocol(e.as_str()))),
                         }
                     }
                     let declared_length = http_body::Body::size_hint(&incoming).exact();

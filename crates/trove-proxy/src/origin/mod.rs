@@ -9,11 +9,15 @@
 
 mod abandon;
 mod error;
+pub mod failures;
 mod fetch;
+mod interim;
 mod pool;
 mod request_body;
 
 pub use abandon::abandon;
+pub use error::Failed;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
-pub use pool::{Pool, PoolLimits, Reachability, UploadSlot};
+pub use interim::{Forwarded, Interim, InterimHead, InterimSlot};
+pub use pool::{OriginView, Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};

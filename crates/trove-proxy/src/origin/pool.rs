@@ -220,7 +220,7 @@ pub struct UploadSlot {
 }
 
 /// What a [`Pool`] is built with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolLimits {
     /// Connections to one origin (idle and busy) at most.
     pub max_per_origin: usize,
@@ -235,7 +235,50 @@ pub struct PoolLimits {
     pub max_queue_wait: Duration,
 }
 
+/// One origin as the status page shows it.
+#[derive(Debug, Clone)]
+pub struct OriginView {
+    /// `host:port`.
+    pub upstream: String,
+    /// Connections open to it, busy and idle.
+    pub open: usize,
+    /// Requests waiting for a connection to it.
+    pub waiting: usize,
+    /// Mean time a connection is held per exchange; zero until measured.
+    pub mean_exchange: Duration,
+}
+
 impl Pool {
+    /// Every origin the pool has a queue for (those used lately), by name.
+    pub fn origins(&self) -> Vec<OriginView> {
+        let mut out: Vec<OriginView> = self
+            .queues
+            .lock()
+            .iter()
+            .map(|(u, q)| OriginView {
+                upstream: u.authority(),
+                open: self
+                    .max_per_origin
+                    .saturating_sub(q.slots.available_permits()),
+                waiting: q.waiting.load(Ordering::Relaxed),
+                mean_exchange: Duration::from_micros(q.held_us.load(Ordering::Relaxed)),
+            })
+            .collect();
+        out.sort_by(|a, b| a.upstream.cmp(&b.upstream));
+        out
+    }
+
+    /// What this pool was built with.
+    pub fn limits(&self) -> PoolLimits {
+        PoolLimits {
+            max_per_origin: self.max_per_origin,
+            max_uploads: self.max_uploads,
+            idle_timeout: self.idle_timeout,
+            connect_timeout: self.connect_timeout,
+            max_queue_wait: self.max_queue_wait,
+        }
+    }
+
     /// Must be called inside a tokio runtime (it starts the reaper).
     pub fn new(limits: PoolLimits, metrics: Arc<Metrics>, reach: Reachability) -> Arc<Pool> {
         let pool = Arc::new(Pool {
@@ -496,10 +539,10 @@ impl Pool {
 }
 
 /// A name that did not resolve: a 502 (`Resolve`), or a 504 when the name servers did not
-/// answer in time, like a connect that takes too long.
+/// answer in time (`ResolveTimeout`).
 fn unresolved(e: std::io::Error) -> OriginError {
     if e.kind() == std::io::ErrorKind::TimedOut {
-        OriginError::ConnectTimeout
+        OriginError::ResolveTimeout
     } else {
         OriginError::Resolve(e)
     }

@@ -685,7 +685,7 @@ impl Client {
             headers,
             body: Vec::new(),
         };
-        if head_only || status == 304 || status == 204 || status == 100 {
+        if head_only || status == 304 || status == 204 || (100..200).contains(&status) {
             return Some(resp);
         }
         if let Some(len) = resp
