@@ -32,6 +32,9 @@ pub const WHOLE_LIMIT: u64 = 1 << 20;
 /// Memory-tier object ids whose current snapshot is on disk or queued for it.
 type Persisted = Arc<Mutex<HashSet<u64>>>;
 
+/// Ids (and keys) of objects evicted while their body was still arriving.
+type Arriving = Arc<Mutex<HashMap<u64, String>>>;
+
 /// Objects promoted from disk kept this many at most in [`Recent`].
 const RECENT: usize = 1024;
 
@@ -79,7 +82,7 @@ struct Demote {
     persisted: Persisted,
     /// Ids of objects evicted while their body was still arriving: written to disk when it
     /// completes (`Tiered::recharge`), as they would have been had they stayed.
-    arriving: Persisted,
+    arriving: Arriving,
     from_disk: FromDisk,
 }
 
@@ -96,7 +99,7 @@ impl EvictionHook for Demote {
             return;
         }
         if obj.body.outcome().is_none() {
-            self.arriving.lock().insert(obj.id());
+            self.arriving.lock().insert(obj.id(), obj.key.clone());
         } else {
             self.disk.write(&obj);
         }
@@ -114,7 +117,7 @@ pub struct Tiered {
     memory: MemoryStore,
     disk: Arc<DiskStore>,
     persisted: Persisted,
-    arriving: Persisted,
+    arriving: Arriving,
     from_disk: FromDisk,
     recent: Mutex<Recent>,
 }
@@ -133,7 +136,7 @@ impl Tiered {
     pub fn new(memory: MemoryStore, disk: DiskStore) -> Tiered {
         let disk = Arc::new(disk);
         let persisted: Persisted = Arc::default();
-        let arriving: Persisted = Arc::default();
+        let arriving: Arriving = Arc::default();
         let from_disk: FromDisk = Arc::default();
         let memory = memory.with_eviction_hook(Arc::new(Demote {
             disk: Arc::clone(&disk),
@@ -279,6 +282,8 @@ impl Storage for Tiered {
     fn remove(&self, key: &str, why: Removal) -> usize {
         self.forget(key);
         self.recent.lock().forget(key);
+        // An evicted object still arriving is no longer wanted on disk either.
+        self.arriving.lock().retain(|_, k| k != key);
         let on_disk = self.disk.may_hold(key);
         let n = self.memory.remove(key, why);
         self.disk.remove(key, None);
@@ -309,7 +314,7 @@ impl Storage for Tiered {
     }
 
     fn recharge(&self, obj: &Object) {
-        if obj.body.outcome().is_some() && self.arriving.lock().remove(&obj.id()) {
+        if obj.body.outcome().is_some() && self.arriving.lock().remove(&obj.id()).is_some() {
             // Evicted while arriving, now complete: demoted as it would have been.
             if obj.body.outcome() == Some(Ok(())) {
                 self.disk.write(obj);

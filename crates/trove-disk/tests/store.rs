@@ -330,6 +330,7 @@ fn the_tiers_demote_promote_and_survive_a_restart() {
             t.lookup("http://example.com/0").is_empty(),
             "evicted from memory"
         );
+        t.disk().flush(); // Written behind the inserts: wait for the writer.
         assert!(t.should_promote("http://example.com/0"));
         assert!(t.promote("http://example.com/0").is_empty());
         let o = t.lookup("http://example.com/0");
@@ -351,4 +352,59 @@ fn the_tiers_demote_promote_and_survive_a_restart() {
     }
     assert!(!t.should_promote("http://example.com/5"), "purge kept");
     let _ = Arc::new(t);
+}
+
+/// An object evicted from memory while its body was still arriving is demoted when the body
+/// completes, unless it was purged meanwhile: the purge must win (it reached the disk after
+/// the purge before the fix).
+#[test]
+fn a_purge_of_an_object_evicted_while_arriving_is_not_undone_by_its_completion() {
+    let dir = tempdir("arriving");
+    let t = Tiered::new(
+        MemoryStore::new(64 << 10, 1, 32 << 10, EvictionKind::Lru),
+        open(config(&dir, 8 << 20)),
+    );
+    let key = "http://example.com/arriving";
+    let body = Body::new(Some(1000));
+    let arriving = t
+        .insert(Object::new(
+            key.into(),
+            String::new(),
+            head("a"),
+            Arc::clone(&body),
+        ))
+        .unwrap();
+    for i in 0..100 {
+        t.insert(obj(i, "")).unwrap();
+    }
+    assert!(!t.holds(&arriving), "evicted while arriving");
+    t.remove(key, Removal::Purged);
+    body.append_now(Bytes::from(vec![7u8; 1000])).unwrap();
+    body.finish(Ok(()));
+    t.recharge(&arriving);
+    t.disk().flush();
+    assert!(!t.should_promote(key), "the purged object reached the disk");
+}
+
+/// The hook for persisted invalidations (the admin API's bans and tags): payloads written
+/// come back after a restart, in order.
+#[test]
+fn persisted_invalidations_come_back_after_a_restart_in_order() {
+    let dir = tempdir("invalidations");
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.persist_invalidation(Bytes::from_static(b"ban req.url ~ ^/a"));
+        d.write(&obj(1, ""));
+        d.persist_invalidation(Bytes::from_static(b"tag product-7"));
+        d.flush();
+    }
+    let d = open(config(&dir, 4 << 20));
+    assert_eq!(
+        d.recovered_invalidations(),
+        vec![
+            Bytes::from_static(b"ban req.url ~ ^/a"),
+            Bytes::from_static(b"tag product-7")
+        ]
+    );
+    assert!(same(read_back(&d, 1), 1));
 }
