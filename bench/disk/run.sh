@@ -24,7 +24,8 @@ TARGETS=${TARGETS:-"trove-disk nginx trove-mem"}
 TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
 RUN=${RUN:-/tmp/trove-bench-disk.$$}
 RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
-declare -A PORT=([trove-disk]=18190 [nginx]=18191 [trove-mem]=18192)
+declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192)
+ORIGIN_PORT=${ORIGIN_PORT:-28080}   # not bench/hits' 18080: other work on this machine may hold it
 PGIDS=()
 log() { printf '[disk %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 cleanup() {
@@ -53,8 +54,8 @@ for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o
 for d in origin nginx; do mkdir -p "$RUN/$d/tmp" "$RUN/$d/cache"; done
 chown -R nobody:nogroup "$RUN/origin" "$RUN/nginx" "$RUN/www" 2>/dev/null || true
 chmod 755 "$RUN"
-sed -e "s#@RUN@#$RUN#g" "$ROOT/bench/hits/peers/origin.conf" >"$RUN/origin.conf"
-sed -e "s#@RUN@#$RUN#g; s#@NAME@#nginx#g; s#@PORT@#${PORT[nginx]}#g; s#@SENDFILE@#on#g; s#@NOPUSH@#off#g; s#max_size=256m#max_size=2g#" \
+sed -e "s#@RUN@#$RUN#g; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" "$ROOT/bench/hits/peers/origin.conf" >"$RUN/origin.conf"
+sed -e "s#@RUN@#$RUN#g; s#@NAME@#nginx#g; s#@PORT@#${PORT[nginx]}#g; s#@SENDFILE@#on#g; s#@NOPUSH@#off#g; s#max_size=256m#max_size=2g#; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" \
     "$ROOT/bench/hits/peers/nginx-proxy.conf" >"$RUN/nginx.conf"
 for t in trove-disk trove-mem; do
     mem=$MEMORY; disk="[cache.disk]
@@ -68,7 +69,7 @@ addr = "127.0.0.1:${PORT[$t]}"
 mode = "reverse"
 [[origin]]
 host = "*"
-upstreams = ["http://127.0.0.1:18080"]
+upstreams = ["http://127.0.0.1:$ORIGIN_PORT"]
 [cache]
 memory = "$mem"               # trove-disk: far less than the working set, so hits come from disk
 $disk
@@ -81,7 +82,7 @@ listen = ""
 CONF
 done
 start origin nginx -c "$RUN/origin.conf"
-wait_port 18080
+wait_port "$ORIGIN_PORT"
 start nginx nginx -c "$RUN/nginx.conf"
 start trove-disk "$TROVE_BIN" serve --config "$RUN/trove-disk.toml"
 start trove-mem "$TROVE_BIN" serve --config "$RUN/trove-mem.toml"
@@ -100,6 +101,7 @@ for r in $(seq 1 "$ROUNDS"); do
         OBJECTS=$OBJECTS taskset -c 0 wrk -t1 -c"$CONNS" -d"$DURATION" --latency -s "$HERE/random.lua" \
             "http://127.0.0.1:${PORT[$t]}/" >"$RESULTS/$t.$r.txt"
         after=$(wc -l <"$RUN/origin/access.log")
+        if grep -q "Non-2xx" "$RESULTS/$t.$r.txt"; then log "$t round $r: non-2xx responses"; exit 1; fi
         rps=$(awk '/Requests\/sec/ {print $2}' "$RESULTS/$t.$r.txt")
         mbs=$(awk '/Transfer\/sec/ {print $2}' "$RESULTS/$t.$r.txt")
         p50=$(awk '$1=="50%" {print $2}' "$RESULTS/$t.$r.txt")

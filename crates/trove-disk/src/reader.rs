@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{FormatError, Kind, Record, RecordHeader, RECORD_HEADER_LEN};
@@ -61,10 +61,11 @@ impl BodyStream {
 }
 
 fn read(shared: &Shared, loc: Loc, at: u64, n: u64) -> std::io::Result<Bytes> {
-    let mut buf = BytesMut::zeroed(n as usize);
-    let got = shared.dir.read_at(loc.region(), at, &mut buf)?;
-    buf.truncate(got);
-    Ok(buf.freeze())
+    Ok(Bytes::from(shared.dir.read_vec(
+        loc.region(),
+        at,
+        n as usize,
+    )?))
 }
 
 /// Reads the object at `loc`; `Ok(None)` if it is another key's (a tag collision) or the
