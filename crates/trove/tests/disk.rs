@@ -23,6 +23,16 @@ impl Drop for Running {
     }
 }
 
+/// Removes a test's directory when the test ends (declared before the processes using it, so
+/// dropped after them).
+struct Clean(PathBuf);
+
+impl Drop for Clean {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("trove-disk-bin-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -217,6 +227,7 @@ fn kill9(t: &mut Running) {
 #[test]
 fn kill_9_under_load_then_restart_serves_every_object_byte_for_byte() {
     let dir = temp_dir("kill9");
+    let _clean_dir = Clean(dir.clone());
     let disk = dir.join("cache");
     let (origin, fetched) = origin();
     let cfg = config(&disk, "32MiB", "");
@@ -305,6 +316,7 @@ fn kill_9_under_load_then_restart_serves_every_object_byte_for_byte() {
 #[test]
 fn flipped_bytes_on_disk_are_dropped_counted_and_refetched() {
     let dir = temp_dir("flip");
+    let _clean_dir = Clean(dir.clone());
     let disk = dir.join("cache");
     let (origin, fetched) = origin();
     let cfg = config(&disk, "32MiB", "");
@@ -347,6 +359,7 @@ fn flipped_bytes_on_disk_are_dropped_counted_and_refetched() {
 #[test]
 fn the_disk_budget_is_held() {
     let dir = temp_dir("budget");
+    let _clean_dir = Clean(dir.clone());
     let disk = dir.join("cache");
     let (origin, _) = origin();
     let t = start(&dir, &config(&disk, "2MiB", ""));
@@ -366,10 +379,12 @@ fn the_disk_budget_is_held() {
 #[test]
 fn a_second_process_on_the_same_directory_is_refused() {
     let dir = temp_dir("lock");
+    let _clean_dir = Clean(dir.clone());
     let disk = dir.join("cache");
     let cfg = config(&disk, "4MiB", "");
     let _first = start(&dir, &cfg);
     let dir2 = temp_dir("lock2");
+    let _clean_dir2 = Clean(dir2.clone());
     let err = try_start(&dir2, &cfg).err().expect("the second refused");
     assert!(err.contains("in use by another trove"), "{err}");
 }
@@ -403,6 +418,7 @@ impl Drop for Tmpfs {
 #[test]
 fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
     let dir = temp_dir("full");
+    let _clean_dir = Clean(dir.clone());
     let full = dir.join("full");
     let ro = dir.join("ro");
     let Some(full_fs) = Tmpfs::mount(&full, "size=1m") else {
@@ -426,6 +442,7 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
     assert!(failed, "the full disk was noticed");
     if let Some(ro_fs) = ro_fs {
         let dir2 = temp_dir("ro-conf");
+        let _clean_dir2 = Clean(dir2.clone());
         let t = start(&dir2, &config(&ro.join("cache"), "4MiB", ""));
         assert_eq!(metric(&t.admin, "trove_disk_failed"), 1.0);
         get(&t.proxy, &origin, 1).expect("serving");
