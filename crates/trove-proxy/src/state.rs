@@ -63,6 +63,12 @@ pub struct Shared {
     pub successor: Successor,
     /// The last minutes of the counters, for the status page (shared by every generation).
     pub history: Arc<History>,
+    /// The disk tier under the memory tier (`[cache.disk]`), the same store as `store`; the
+    /// driver promotes disk hits through it (`cache::promote`). Carried over by a reload.
+    pub disk: Option<Arc<trove_disk::Tiered>>,
+    /// `[cache.disk]` was configured but its directory could not be used at start-up: trove
+    /// runs memory-only (logged once, and `trove_disk_failed` says so).
+    pub disk_unavailable: bool,
 }
 
 impl Shared {
@@ -131,7 +137,7 @@ impl Shared {
             _ => Resolver::system(&settings.resolver, settings.timeouts.connect),
         };
         let c = &settings.cache;
-        let store: Arc<dyn Storage> = match prev {
+        let (store, disk, disk_unavailable): Tiers = match prev {
             Some(p) => {
                 let store = Arc::clone(&p.store);
                 if (c.memory, c.max_object)
@@ -139,9 +145,17 @@ impl Shared {
                 {
                     store.resize(c.memory, c.max_object);
                 }
-                store
+                if c.disk != p.settings.cache.disk {
+                    tracing::warn!(
+                        "cache.disk: a change takes effect at the next start, not on reload"
+                    );
+                }
+                (store, p.disk.clone(), p.disk_unavailable)
             }
-            None => Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction)),
+            None => open_tiers(
+                MemoryStore::new(c.memory, 16, c.max_object, c.eviction),
+                c.disk.as_ref(),
+            )?,
         };
         let limits = PoolLimits {
             max_per_origin: settings.origin_pool.max_per_origin,
@@ -241,6 +255,8 @@ impl Shared {
             lifecycle: prev.map_or_else(Arc::default, |p| Arc::clone(&p.lifecycle)),
             successor: Successor::default(),
             history,
+            disk,
+            disk_unavailable,
         })
     }
 
@@ -268,6 +284,15 @@ impl Shared {
 
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
+        let mut out = self.render_core_metrics();
+        if self.disk.is_some() || self.disk_unavailable {
+            let stats = self.disk.as_ref().map(|t| t.disk().stats());
+            crate::metrics::render_disk(&mut out, stats.as_ref());
+        }
+        out
+    }
+
+    fn render_core_metrics(&self) -> String {
         let s = self.store.stats();
         self.metrics.render(StoreFigures {
             bytes: s.bytes,
@@ -278,6 +303,31 @@ impl Shared {
             log_dropped: self.log.dropped(),
             resolver: self.resolver.stats(),
         })
+    }
+}
+
+type Tiers = (Arc<dyn Storage>, Option<Arc<trove_disk::Tiered>>, bool);
+
+/// The memory tier alone, or over the disk tier. A directory another process holds, or one
+/// of a newer format, stops start-up with the reason; a directory that can't be used
+/// (unwritable, missing, failing) leaves trove memory-only with one log line.
+fn open_tiers(
+    memory: MemoryStore,
+    disk: Option<&crate::settings::DiskSettings>,
+) -> std::io::Result<Tiers> {
+    let Some(d) = disk else {
+        return Ok((Arc::new(memory), None, false));
+    };
+    match trove_disk::DiskStore::open(d.config()) {
+        Ok(store) => {
+            let tiered = Arc::new(trove_disk::Tiered::new(memory, store));
+            Ok((tiered.clone(), Some(tiered), false))
+        }
+        Err(e) if e.is_io() => {
+            tracing::error!("disk tier unavailable ({e}); trove goes on with the memory tier only");
+            Ok((Arc::new(memory), None, true))
+        }
+        Err(e) => Err(std::io::Error::other(e.to_string())),
     }
 }
 
