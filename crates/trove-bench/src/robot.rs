@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::model::{mix64, pattern, verify_chunk, Model, ObjectSpec, SplitMix64};
 use crate::origin::{object_path, ECHO_HEADER, REQ_HEADER};
 use crate::stats::{ErrorKind, Outcome, Stats, Tx};
-use crate::workload::{Popularity, Schedule, Workload};
+use crate::workload::{Popularity, Schedule, WorkingObjects, Workload};
 
 /// How robots reach the servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,20 +106,12 @@ pub struct Outcomes {
     pub fill_bytes: u64,
 }
 
-/// The set of objects that may be revisited: those whose first request completed, growing
-/// until the freeze time and then sliding (the oldest leaves as a new one enters).
-struct WorkingSet {
-    oids: VecDeque<u64>,
-    cap: Option<usize>,
-}
-
 struct Shared {
     model: Model,
     recurrence: f64,
     popularity: Popularity,
     zipf_s: f64,
-    freeze_at: f64,
-    ws: Mutex<WorkingSet>,
+    ws: Mutex<WorkingObjects>,
     next_oid: AtomicU64,
     issued: AtomicU64,
     fill_bytes: AtomicU64,
@@ -129,35 +121,19 @@ struct Shared {
 impl Shared {
     /// Picks the next object: a revisit with the recurrence probability, else a new object.
     fn choose(&self, rng: &mut SplitMix64) -> (u64, bool) {
-        if rng.gen::<f64>() < self.recurrence {
-            let ws = self.ws.lock().expect("not poisoned");
-            let n = ws.oids.len();
-            if n > 0 {
-                let i = match self.popularity {
-                    Popularity::Uniform => rng.gen_range(0..n),
-                    Popularity::Zipf => {
-                        let rank = Zipf::new(n as u64, self.zipf_s).map_or(1.0, |z| z.sample(rng))
-                            as usize;
-                        n - rank.clamp(1, n)
-                    }
-                };
-                return (ws.oids[i], true);
-            }
+        if let Some(oid) = self.ws.lock().expect("not poisoned").revisit(
+            self.recurrence,
+            self.popularity,
+            self.zipf_s,
+            rng,
+        ) {
+            return (oid, true);
         }
         (self.next_oid.fetch_add(1, Relaxed), false)
     }
 
     fn remember(&self, oid: u64, t: f64) {
-        let mut ws = self.ws.lock().expect("not poisoned");
-        if ws.cap.is_none() && t >= self.freeze_at {
-            ws.cap = Some(ws.oids.len().max(1));
-        }
-        ws.oids.push_back(oid);
-        if let Some(cap) = ws.cap {
-            while ws.oids.len() > cap {
-                ws.oids.pop_front();
-            }
-        }
+        self.ws.lock().expect("not poisoned").remember(oid, t);
     }
 }
 
@@ -209,11 +185,7 @@ pub fn run_load(plan: Plan) -> anyhow::Result<Outcomes> {
         recurrence: w.recurrence,
         popularity: w.popularity,
         zipf_s: w.zipf_exponent,
-        freeze_at: w.working_set.freeze_after_s,
-        ws: Mutex::new(WorkingSet {
-            oids: VecDeque::new(),
-            cap: None,
-        }),
+        ws: Mutex::new(WorkingObjects::new(w.working_set.freeze_after_s)),
         next_oid: AtomicU64::new(1),
         issued: AtomicU64::new(0),
         fill_bytes: AtomicU64::new(0),

@@ -3,6 +3,10 @@
 //! A workload is a TOML file (see `workloads/polymix-2.toml`); PolyMix-2 and DataComm-1 are built
 //! in. Unknown keys are rejected so a typo cannot silently fall back to a default.
 
+use std::collections::VecDeque;
+
+use rand::Rng;
+use rand_distr::{Distribution, Zipf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ContentKind, Model};
@@ -286,6 +290,75 @@ impl Schedule {
             rate: level * self.peak_rate,
             phase_end: self.starts[i] + p.duration_s,
         })
+    }
+}
+
+/// The set of objects that may be revisited: those whose first request completed, growing
+/// until the freeze time and then sliding (the oldest leaves as a new one enters). The
+/// robots and `trove sim`'s synthetic traces choose objects through this one type.
+#[derive(Debug, Clone)]
+pub struct WorkingObjects {
+    oids: VecDeque<u64>,
+    cap: Option<usize>,
+    freeze_at: f64,
+}
+
+impl WorkingObjects {
+    /// An empty set that stops growing at `freeze_at` seconds into the run.
+    pub fn new(freeze_at: f64) -> Self {
+        WorkingObjects {
+            oids: VecDeque::new(),
+            cap: None,
+            freeze_at,
+        }
+    }
+
+    /// With probability `recurrence`, an object of the set chosen by `popularity`; `None`
+    /// means a new object (also when the set is still empty).
+    pub fn revisit(
+        &self,
+        recurrence: f64,
+        popularity: Popularity,
+        zipf_s: f64,
+        rng: &mut impl Rng,
+    ) -> Option<u64> {
+        if rng.gen::<f64>() >= recurrence {
+            return None;
+        }
+        let n = self.oids.len();
+        if n == 0 {
+            return None;
+        }
+        let i = match popularity {
+            Popularity::Uniform => rng.gen_range(0..n),
+            Popularity::Zipf => {
+                let rank = Zipf::new(n as u64, zipf_s).map_or(1.0, |z| z.sample(rng)) as usize;
+                n - rank.clamp(1, n)
+            }
+        };
+        Some(self.oids[i])
+    }
+
+    /// `oid`'s first request completed at `t` seconds into the run.
+    pub fn remember(&mut self, oid: u64, t: f64) {
+        if self.cap.is_none() && t >= self.freeze_at {
+            self.cap = Some(self.oids.len().max(1));
+        }
+        self.oids.push_back(oid);
+        if let Some(cap) = self.cap {
+            while self.oids.len() > cap {
+                self.oids.pop_front();
+            }
+        }
+    }
+
+    /// Objects in the set.
+    pub fn len(&self) -> usize {
+        self.oids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.oids.is_empty()
     }
 }
 

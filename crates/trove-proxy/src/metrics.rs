@@ -73,6 +73,113 @@ pub mod names {
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
+    /// The disk tier (`[cache.disk]`, see `trove_disk`).
+    pub const DISK_OBJECTS: &str = "trove_disk_objects";
+    pub const DISK_BYTES: &str = "trove_disk_bytes";
+    pub const DISK_CAPACITY: &str = "trove_disk_capacity_bytes";
+    pub const DISK_INDEX_BYTES: &str = "trove_disk_index_bytes";
+    pub const DISK_WRITES: &str = "trove_disk_writes_total";
+    pub const DISK_WRITE_BYTES: &str = "trove_disk_write_bytes_total";
+    pub const DISK_WRITES_DROPPED: &str = "trove_disk_writes_dropped_total";
+    pub const DISK_HITS: &str = "trove_disk_hits_total";
+    /// Records found torn, truncated or corrupt (at recovery or on a read), dropped.
+    pub const DISK_CORRUPT: &str = "trove_disk_corrupt_records_total";
+    pub const DISK_RECLAIMED: &str = "trove_disk_regions_reclaimed_total";
+    pub const DISK_REINSERTED: &str = "trove_disk_reinserted_total";
+    pub const DISK_IO_ERRORS: &str = "trove_disk_io_errors_total";
+    pub const DISK_RECOVERED: &str = "trove_disk_recovered_objects";
+    pub const DISK_RECOVERY_SECONDS: &str = "trove_disk_recovery_seconds";
+    /// 1 once the index is back after a start.
+    pub const DISK_READY: &str = "trove_disk_ready";
+    /// 1 when the disk tier failed (or could not be opened) and trove is memory-only.
+    pub const DISK_FAILED: &str = "trove_disk_failed";
+}
+
+/// Appends the disk tier's metrics; `None` when it could not be opened at all.
+pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
+    let d = s.copied().unwrap_or_default();
+    let failed = s.is_none_or(|s| s.failed);
+    let gauges: [(&str, &str, f64); 8] = [
+        (
+            names::DISK_OBJECTS,
+            "Objects the disk index holds.",
+            d.objects as f64,
+        ),
+        (
+            names::DISK_BYTES,
+            "Bytes of disk regions in use.",
+            d.bytes as f64,
+        ),
+        (
+            names::DISK_CAPACITY,
+            "The disk tier's budget in bytes.",
+            d.capacity as f64,
+        ),
+        (
+            names::DISK_INDEX_BYTES,
+            "Bytes of memory the disk index takes.",
+            d.index_bytes as f64,
+        ),
+        (
+            names::DISK_RECOVERED,
+            "Objects found on disk at start-up.",
+            d.recovered_objects as f64,
+        ),
+        (
+            names::DISK_RECOVERY_SECONDS,
+            "Time the index took to come back at start-up.",
+            d.recovery_micros as f64 / 1e6,
+        ),
+        (
+            names::DISK_READY,
+            "1 once the disk index is back.",
+            u8::from(d.ready) as f64,
+        ),
+        (
+            names::DISK_FAILED,
+            "1 when the disk tier failed and trove serves from memory only.",
+            u8::from(failed) as f64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    }
+    let counters: [(&str, &str, u64); 8] = [
+        (names::DISK_WRITES, "Objects written to disk.", d.writes),
+        (
+            names::DISK_WRITE_BYTES,
+            "Bytes written to disk.",
+            d.write_bytes,
+        ),
+        (
+            names::DISK_WRITES_DROPPED,
+            "Objects not written (queue full, too large, or the tier failed).",
+            d.writes_dropped,
+        ),
+        (names::DISK_HITS, "Objects read back from disk.", d.hits),
+        (
+            names::DISK_CORRUPT,
+            "Torn, truncated or corrupt records dropped, never served.",
+            d.corrupt,
+        ),
+        (
+            names::DISK_RECLAIMED,
+            "Disk regions reclaimed.",
+            d.regions_reclaimed,
+        ),
+        (
+            names::DISK_REINSERTED,
+            "Objects kept by reinsertion when their region was reclaimed.",
+            d.reinserted,
+        ),
+        (names::DISK_IO_ERRORS, "Disk I/O errors.", d.io_errors),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
 }
 
 /// Upper bounds (seconds) of the response-time histogram buckets.

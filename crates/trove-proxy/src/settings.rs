@@ -114,6 +114,76 @@ pub struct CacheSettings {
     /// forbid it: Squid's `max_stale`. `"0s"` turns it off; a unit is required.
     #[serde(deserialize_with = "de_duration")]
     pub max_stale: Duration,
+    /// `[cache.disk]`: the disk tier under the memory tier; none unless configured.
+    pub disk: Option<DiskSettings>,
+}
+
+/// `[cache.disk]`, the disk tier (see `trove_disk`): where, how much, how often synced.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSettings {
+    /// The cache directory, or a list of them (one per disk); the budget is split evenly.
+    #[serde(deserialize_with = "de_paths")]
+    pub path: Vec<std::path::PathBuf>,
+    /// Bytes of disk over all paths; a unit is required (`"10GiB"`).
+    #[serde(deserialize_with = "de_size")]
+    pub size: u64,
+    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
+    /// loss can take (a `kill -9` takes only what was still queued). Default 1s.
+    #[serde(
+        default = "DiskSettings::default_sync",
+        deserialize_with = "de_duration"
+    )]
+    pub sync_interval: Duration,
+    /// The unit of writing and of reclaiming space. Default 16MiB; 64KiB to 128MiB.
+    #[serde(default = "DiskSettings::default_region", deserialize_with = "de_size")]
+    pub region_size: u64,
+    /// `"fifo-reinsert"` (default: keep what was hit when its region is reclaimed) or `"fifo"`.
+    #[serde(default, deserialize_with = "de_reclaim")]
+    pub reclaim: trove_disk::Reclaim,
+}
+
+impl DiskSettings {
+    fn default_sync() -> Duration {
+        Duration::from_secs(1)
+    }
+    fn default_region() -> u64 {
+        16 << 20
+    }
+
+    /// The disk tier's own config.
+    pub fn config(&self) -> trove_disk::DiskConfig {
+        trove_disk::DiskConfig {
+            paths: self.path.clone(),
+            budget: self.size,
+            region_size: self.region_size,
+            sync_interval: self.sync_interval,
+            reclaim: self.reclaim,
+            queue_bytes: 64 << 20,
+        }
+    }
+}
+
+fn de_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<std::path::PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(std::path::PathBuf),
+        Many(Vec<std::path::PathBuf>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(p) => vec![p],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+fn de_reclaim<'de, D: Deserializer<'de>>(d: D) -> Result<trove_disk::Reclaim, D::Error> {
+    let s = String::deserialize(d)?;
+    trove_disk::Reclaim::parse(&s).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown reclaim policy {s:?} (use \"fifo-reinsert\" or \"fifo\")"
+        ))
+    })
 }
 
 /// `[cache.abort]`, the abort policy (see `trove_cache::abort`): when every client of a
@@ -159,6 +229,7 @@ impl Default for CacheSettings {
             cookies: trove_cache::CookiePolicy::default(),
             abort: AbortSettings::default(),
             max_stale: trove_http::Policy::default().max_stale,
+            disk: None,
         }
     }
 }
@@ -536,6 +607,21 @@ impl Settings {
         }
         if self.cache.memory < 1 << 20 {
             p.push("cache.memory: at least 1MiB".into());
+        }
+        if let Some(d) = &self.cache.disk {
+            if d.path.is_empty() {
+                p.push("cache.disk.path: at least one directory is needed".into());
+            } else if d.region_size > 0 && d.size / d.path.len() as u64 / d.region_size < 3 {
+                p.push(
+                    "cache.disk.size: at least 3 regions (cache.disk.region_size) per path".into(),
+                );
+            }
+            if !(64 << 10..=128 << 20).contains(&d.region_size) {
+                p.push("cache.disk.region_size: between 64KiB and 128MiB".into());
+            }
+            if d.sync_interval.is_zero() {
+                p.push("cache.disk.sync_interval: must be greater than 0".into());
+            }
         }
         if self.cache.stream_buffer == 0 {
             p.push("cache.stream_buffer: must be greater than 0".into());

@@ -67,6 +67,12 @@ pub struct Shared {
     pub named_caches: crate::manage::NamedCaches,
     /// The store's invalidation rules and tag index (`crate::manage`).
     pub invalidations: Option<Arc<trove_store::Invalidations>>,
+    /// The disk tier under the memory tier (`[cache.disk]`), the same store as `store`; the
+    /// driver promotes disk hits through it (`cache::promote`). Carried over by a reload.
+    pub disk: Option<Arc<trove_disk::Tiered>>,
+    /// `[cache.disk]` was configured but its directory could not be used at start-up: trove
+    /// runs memory-only (logged once, and `trove_disk_failed` says so).
+    pub disk_unavailable: bool,
 }
 
 impl Shared {
@@ -135,7 +141,7 @@ impl Shared {
             _ => Resolver::system(&settings.resolver, settings.timeouts.connect),
         };
         let c = &settings.cache;
-        let store: Arc<dyn Storage> = match prev {
+        let (store, disk, disk_unavailable): Tiers = match prev {
             Some(p) => {
                 let store = Arc::clone(&p.store);
                 if (c.memory, c.max_object)
@@ -143,11 +149,23 @@ impl Shared {
                 {
                     store.resize(c.memory, c.max_object);
                 }
-                store
+                if c.disk != p.settings.cache.disk {
+                    tracing::warn!(
+                        "cache.disk: a change takes effect at the next start, not on reload"
+                    );
+                }
+                (store, p.disk.clone(), p.disk_unavailable)
             }
-            None => Arc::new(MemoryStore::new(c.memory, 16, c.max_object, c.eviction)),
+            None => open_tiers(
+                MemoryStore::new(c.memory, 16, c.max_object, c.eviction),
+                c.disk.as_ref(),
+            )?,
         };
-        let invalidations = store.invalidations().cloned();
+        // The admin API and PURGE record invalidations here (`crate::manage`): a store
+        // without a rule log is refused at start rather than failing on the first call.
+        let invalidations = Some(store.invalidations().cloned().ok_or_else(|| {
+            std::io::Error::other("the store keeps no invalidation log (Storage::invalidations)")
+        })?);
         let named_caches = crate::manage::NamedCaches::new(&settings.named_caches);
         let limits = PoolLimits {
             max_per_origin: settings.origin_pool.max_per_origin,
@@ -249,6 +267,8 @@ impl Shared {
             history,
             named_caches,
             invalidations,
+            disk,
+            disk_unavailable,
         })
     }
 
@@ -276,6 +296,15 @@ impl Shared {
 
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
+        let mut out = self.render_core_metrics();
+        if self.disk.is_some() || self.disk_unavailable {
+            let stats = self.disk.as_ref().map(|t| t.disk().stats());
+            crate::metrics::render_disk(&mut out, stats.as_ref());
+        }
+        out
+    }
+
+    fn render_core_metrics(&self) -> String {
         let s = self.store.stats();
         let inv = self
             .invalidations
@@ -293,6 +322,31 @@ impl Shared {
         });
         self.metrics.render_invalidations(&mut out, inv);
         out
+    }
+}
+
+type Tiers = (Arc<dyn Storage>, Option<Arc<trove_disk::Tiered>>, bool);
+
+/// The memory tier alone, or over the disk tier. A directory another process holds, or one
+/// of a newer format, stops start-up with the reason; a directory that can't be used
+/// (unwritable, missing, failing) leaves trove memory-only with one log line.
+fn open_tiers(
+    memory: MemoryStore,
+    disk: Option<&crate::settings::DiskSettings>,
+) -> std::io::Result<Tiers> {
+    let Some(d) = disk else {
+        return Ok((Arc::new(memory), None, false));
+    };
+    match trove_disk::DiskStore::open(d.config()) {
+        Ok(store) => {
+            let tiered = Arc::new(trove_disk::Tiered::new(memory, store));
+            Ok((tiered.clone(), Some(tiered), false))
+        }
+        Err(e) if e.is_io() => {
+            tracing::error!("disk tier unavailable ({e}); trove goes on with the memory tier only");
+            Ok((Arc::new(memory), None, true))
+        }
+        Err(e) => Err(std::io::Error::other(e.to_string())),
     }
 }
 

@@ -196,6 +196,18 @@ impl Body {
         }
     }
 
+    /// The whole body in its pieces, if it is complete and still wholly held (a lower tier
+    /// copies a stored body this way without an async reader).
+    pub fn complete_chunks(&self) -> Option<Vec<Bytes>> {
+        let st = self.state.lock();
+        match st.end {
+            Some(Ok(())) if st.is_stored() && st.held == st.len => {
+                Some(st.chunks.iter().cloned().collect())
+            }
+            _ => None,
+        }
+    }
+
     /// Appends bytes. Paced, waits while the writer is too far ahead of the fastest reader;
     /// unstored, likewise, releasing what no reader within the buffer needs, and fails with
     /// [`BodyError::NoReaders`] when nobody is reading any more.

@@ -792,6 +792,54 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// `[cache.disk]`: one path or a list, units required, bounds checked by name.
+    #[test]
+    fn disk_settings_are_checked_by_name() {
+        let c = Config::parse("[cache.disk]\npath = \"/tmp/a\"\nsize = \"1GiB\"\n").unwrap();
+        let d = c.proxy_settings().cache.disk.unwrap();
+        assert_eq!(d.path, vec![std::path::PathBuf::from("/tmp/a")]);
+        assert_eq!(d.size, 1 << 30);
+        assert_eq!(d.sync_interval, std::time::Duration::from_secs(1));
+        assert_eq!(d.region_size, 16 << 20);
+        assert_eq!(d.reclaim.as_str(), "fifo-reinsert");
+        let c = Config::parse(
+            "[cache.disk]\npath = [\"/a\", \"/b\"]\nsize = \"1GiB\"\nsync_interval = \"250ms\"\nreclaim = \"fifo\"\n",
+        )
+        .unwrap();
+        let d = c.proxy_settings().cache.disk.unwrap();
+        assert_eq!(d.path.len(), 2);
+        assert_eq!(d.reclaim.as_str(), "fifo");
+        assert!(Config::parse("")
+            .unwrap()
+            .proxy_settings()
+            .cache
+            .disk
+            .is_none());
+        for (text, key) in [
+            ("path = \"/a\"\nsize = 1000000000", "unit"),
+            ("path = \"/a\"\nsize = \"1MiB\"", "cache.disk.size"),
+            ("path = []\nsize = \"1GiB\"", "cache.disk.path"),
+            (
+                "path = \"/a\"\nsize = \"1GiB\"\nregion_size = \"1KiB\"",
+                "cache.disk.region_size",
+            ),
+            (
+                "path = \"/a\"\nsize = \"1GiB\"\nsync_interval = \"0s\"",
+                "cache.disk.sync_interval",
+            ),
+            (
+                "path = \"/a\"\nsize = \"1GiB\"\nreclaim = \"lru\"",
+                "reclaim",
+            ),
+            ("size = \"1GiB\"", "path"),
+        ] {
+            let e = Config::parse(&format!("[cache.disk]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn the_example_config_is_valid() {
         Config::parse(EXAMPLE).unwrap();

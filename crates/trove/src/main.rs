@@ -52,6 +52,8 @@ enum Command {
     Stats(api_cli::ConnOnly),
     /// Pending bans.
     Bans(api_cli::ConnOnly),
+    /// Replay a trace through trove's cache core in virtual time (and `sim model`).
+    Sim(Box<trove_sim::SimArgs>),
     /// Make a running `trove serve` re-read its config (SIGHUP): routes, ACLs, limits,
     /// timeouts, log and cache budget change; the cache and open connections are kept.
     Reload(SignalArgs),
@@ -107,6 +109,7 @@ fn main() {
         Command::List(a) => api_cli::list(a),
         Command::Stats(a) => api_cli::stats(a),
         Command::Bans(a) => api_cli::bans(a),
+        Command::Sim(args) => trove_sim::run(*args),
         Command::Reload(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Reload),
         Command::Rotate(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Rotate),
         Command::Stop(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Stop),

@@ -262,6 +262,7 @@ fn destination_refused(why: Refusal) -> Reply {
 
 /// Lookup, then the step the core's verdict calls for.
 async fn cacheable(cx: &Ctx<'_>) -> Reply {
+    promote(cx).await;
     let now = fetch::now();
     let store = &*cx.shared.store;
     let policy = cx.rules().policy;
@@ -303,6 +304,28 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
             fwd,
         } => revalidate(cx, obj, &conditional, outcome, fwd).await,
         Action::Fetch(f) => miss(cx, f).await,
+    }
+}
+
+/// A memory miss the disk tier may hold is loaded into memory first, verified, on the
+/// blocking pool (the cache core never does I/O), so the core's lookup finds it like any
+/// stored object. A large body is inserted at once and filled from disk behind it, clients
+/// following it as it is read.
+async fn promote(cx: &Ctx<'_>) {
+    let Some(tiered) = &cx.shared.disk else {
+        return;
+    };
+    if !tiered.should_promote(cx.key()) {
+        return;
+    }
+    let t = Arc::clone(tiered);
+    let key = cx.key().to_string();
+    let Ok(fills) = tokio::task::spawn_blocking(move || t.promote(&key)).await else {
+        return;
+    };
+    for f in fills {
+        let t = Arc::clone(tiered);
+        tokio::task::spawn_blocking(move || t.fill(f));
     }
 }
 

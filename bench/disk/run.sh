@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# bench/disk/run.sh: hits served from disk, trove's disk tier against nginx proxy_cache (files),
+# side by side on this machine, after MEASURING.md: wrk on CPU 0, every server on CPU 1, one
+# core each, interleaved rounds, origin requests counted in every window (must be 0).
+#
+# The working set (OBJECTS objects of SIZE bytes, uniformly random, bench/disk/random.lua) is
+# larger than trove's memory tier (MEMORY), so most trove hits are disk hits: read from its
+# region file (the page cache), verified, promoted. nginx serves every hit from its cache files
+# (sendfile on, tcp_nopush off). `trove-mem` is trove with the whole set in memory, for scale.
+#
+#   ROUNDS=3 DURATION=10s OBJECTS=2000 SIZE=100k bash bench/disk/run.sh
+#
+# Everything it starts runs in its own process group and is stopped by that id on exit.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+OBJECTS=${OBJECTS:-2000}
+SIZE=${SIZE:-100k}
+MEMORY=${MEMORY:-16MiB}
+CONNS=${CONNS:-50}
+TARGETS=${TARGETS:-"trove-disk nginx trove-mem"}
+TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
+RUN=${RUN:-/tmp/trove-bench-disk.$$}
+RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
+declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192)
+ORIGIN_PORT=${ORIGIN_PORT:-28080}   # not bench/hits' 18080: other work on this machine may hold it
+PGIDS=()
+log() { printf '[disk %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+cleanup() {
+    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    sleep 0.5
+    for g in "${PGIDS[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+start() { # name cmd...: run in its own process group on CPU 1
+    local name=$1
+    shift
+    setsid taskset -c 1 "$@" >"$RUN/$name.out" 2>&1 &
+    PGIDS+=($!)
+}
+wait_port() {
+    for _ in $(seq 1 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    log "port $1 never opened"; exit 1
+}
+mkdir -p "$RUN/www/o" "$RESULTS"
+log "writing $OBJECTS objects of $SIZE"
+for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o/$i.bin"; done
+for d in origin nginx; do mkdir -p "$RUN/$d/tmp" "$RUN/$d/cache"; done
+chown -R nobody:nogroup "$RUN/origin" "$RUN/nginx" "$RUN/www" 2>/dev/null || true
+chmod 755 "$RUN"
+sed -e "s#@RUN@#$RUN#g; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" "$ROOT/bench/hits/peers/origin.conf" >"$RUN/origin.conf"
+sed -e "s#@RUN@#$RUN#g; s#@NAME@#nginx#g; s#@PORT@#${PORT[nginx]}#g; s#@SENDFILE@#on#g; s#@NOPUSH@#off#g; s#max_size=256m#max_size=2g#; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" \
+    "$ROOT/bench/hits/peers/nginx-proxy.conf" >"$RUN/nginx.conf"
+for t in trove-disk trove-mem; do
+    mem=$MEMORY; disk="[cache.disk]
+path = \"$RUN/$t/cache\"     # the disk tier's directory
+size = \"2GiB\"               # room for the whole working set"
+    if [ "$t" = trove-mem ]; then mem=1GiB; disk=""; fi
+    mkdir -p "$RUN/$t"
+    cat >"$RUN/$t.toml" <<CONF
+[[listener]]
+addr = "127.0.0.1:${PORT[$t]}"
+mode = "reverse"
+[[origin]]
+host = "*"
+upstreams = ["http://127.0.0.1:$ORIGIN_PORT"]
+[cache]
+memory = "$mem"               # trove-disk: far less than the working set, so hits come from disk
+$disk
+[log]
+access = "$RUN/$t/access.log"
+[runtime]
+threads = 1                   # one core, as every peer
+[admin]
+listen = ""
+CONF
+done
+start origin nginx -c "$RUN/origin.conf"
+wait_port "$ORIGIN_PORT"
+start nginx nginx -c "$RUN/nginx.conf"
+start trove-disk "$TROVE_BIN" serve --config "$RUN/trove-disk.toml"
+start trove-mem "$TROVE_BIN" serve --config "$RUN/trove-mem.toml"
+for t in $TARGETS; do wait_port "${PORT[$t]}"; done
+for t in $TARGETS; do
+    log "warming $t"
+    curl -s -o /dev/null "http://127.0.0.1:${PORT[$t]}/o/[0-$((OBJECTS - 1))].bin"
+    curl -s -o /dev/null "http://127.0.0.1:${PORT[$t]}/o/[0-$((OBJECTS - 1))].bin"
+done
+sleep 2   # let the disk writer finish
+echo "| round | target | req/s | MB/s | p50 | p99 | origin requests |" >"$RESULTS/report.md"
+echo "|---|---|---|---|---|---|---|" >>"$RESULTS/report.md"
+for r in $(seq 1 "$ROUNDS"); do
+    for t in $TARGETS; do
+        before=$(wc -l <"$RUN/origin/access.log")
+        OBJECTS=$OBJECTS taskset -c 0 wrk -t1 -c"$CONNS" -d"$DURATION" --latency -s "$HERE/random.lua" \
+            "http://127.0.0.1:${PORT[$t]}/" >"$RESULTS/$t.$r.txt"
+        after=$(wc -l <"$RUN/origin/access.log")
+        if grep -q "Non-2xx" "$RESULTS/$t.$r.txt"; then log "$t round $r: non-2xx responses"; exit 1; fi
+        rps=$(awk '/Requests\/sec/ {print $2}' "$RESULTS/$t.$r.txt")
+        mbs=$(awk '/Transfer\/sec/ {print $2}' "$RESULTS/$t.$r.txt")
+        p50=$(awk '$1=="50%" {print $2}' "$RESULTS/$t.$r.txt")
+        p99=$(awk '$1=="99%" {print $2}' "$RESULTS/$t.$r.txt")
+        echo "| $r | $t | $rps | $mbs | $p50 | $p99 | $((after - before)) |" | tee -a "$RESULTS/report.md"
+    done
+done
+log "report: $RESULTS/report.md"

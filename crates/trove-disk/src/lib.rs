@@ -1,0 +1,44 @@
+//! trove's disk tier: a crash-safe object store under the memory tier.
+//!
+//! Objects are appended as checksummed records to large regions of preallocated files
+//! (never a file per object); a compact in-memory index (12 B per entry) says where each
+//! one is; space is reclaimed a whole region at a time, oldest first, keeping objects that
+//! were hit (FIFO with reinsertion); after any stop, `kill -9` included, the index comes
+//! back from per-region summaries and a verified scan of the one region that was open,
+//! while the proxy already serves. Every read verifies what it reads, so a torn or corrupt
+//! record is dropped and counted, never served. The layout is written down in
+//! `docs/storage-format.md`.
+//!
+//! | module | its one job |
+//! |---|---|
+//! | `format` | the bytes: region header, record, summary, footer; magic, version, XXH3 |
+//! | `meta` | a stored head as a record's meta bytes |
+//! | `dir` | the cache directories: lock, format marker, region files, `pread`/`pwrite` |
+//! | `index` | fingerprint → packed location, 12 B per entry, sharded |
+//! | `writer` | the writer thread: batches, regions, sealing, reclamation, sync |
+//! | `reader` | reading a record back verified, whole or streamed |
+//! | `recovery` | rebuilding the index from summaries and one scan |
+//! | `store` | [`DiskStore`], the queue-and-lookup face of the above |
+//! | `tier` | [`Tiered`], memory over disk, as a `trove_store::Storage` |
+//!
+//! Dependencies: `xxhash-rust` (XXH3, already trove's stable hash) for checksums,
+//! `rustix` for `flock` without `unsafe`, `parking_lot` for the index's shard locks. I/O
+//! is plain positioned reads and writes on a dedicated thread and the caller's blocking
+//! pool: at one writer per cache and reads that mostly hit the page cache, io_uring would
+//! add a dependency for little.
+
+mod dir;
+mod format;
+mod index;
+mod meta;
+mod reader;
+mod recovery;
+mod store;
+mod tier;
+mod writer;
+
+pub use dir::OpenError;
+pub use format::VERSION as FORMAT_VERSION;
+pub use reader::BodyStream;
+pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
+pub use tier::{Fill, Tiered, WHOLE_LIMIT};

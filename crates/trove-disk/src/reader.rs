@@ -1,0 +1,169 @@
+//! Reading a record back, verified: the header against the region's current use, the key
+//! and variant against what was asked, the checksum against every byte. A small object is
+//! read in one `pread` (the index's size hint); a large one's body is streamed in chunks
+//! and its checksum checked at the end, so it is never loaded whole and a corrupt one is
+//! never finished as complete.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::format::{FormatError, Kind, Record, RecordHeader, RECORD_HEADER_LEN};
+use crate::index::Loc;
+use crate::store::{Loaded, LoadedBody, Shared};
+
+/// Bytes read per step of a streamed body.
+pub const CHUNK: u64 = 256 << 10;
+
+/// Why a read failed (the record is then dropped and counted).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Format(#[from] FormatError),
+    #[error("malformed head")]
+    Meta,
+    #[error("read error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A large body being read from disk (see the module docs).
+#[derive(Clone)]
+pub struct BodyStream {
+    pub(crate) fingerprint: u64,
+    pub(crate) loc: Loc,
+    seq: u64,
+    next: u64,
+    remaining: u64,
+    hasher: Xxh3,
+    checksum: u64,
+    len: u64,
+}
+
+impl std::fmt::Debug for BodyStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyStream")
+            .field("loc", &self.loc)
+            .field("remaining", &self.remaining)
+            .finish()
+    }
+}
+
+impl BodyStream {
+    /// The body's length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn read(shared: &Shared, loc: Loc, at: u64, n: u64) -> std::io::Result<Bytes> {
+    Ok(Bytes::from(shared.dir.read_vec(
+        loc.region(),
+        at,
+        n as usize,
+    )?))
+}
+
+/// Reads the object at `loc`; `Ok(None)` if it is another key's (a tag collision) or the
+/// region was reused meanwhile.
+pub fn load(
+    shared: &Shared,
+    fp: u64,
+    loc: Loc,
+    key: &str,
+    whole_limit: u64,
+) -> Result<Option<Loaded>, ReadError> {
+    let seq = shared.seqs[loc.region() as usize].load(Ordering::Acquire);
+    let room = shared.dir.region_size() - loc.offset();
+    let first = loc.len_hint().clamp(
+        4096,
+        room.min(whole_limit.saturating_add(64 << 10)).max(4096),
+    );
+    let b = read(shared, loc, loc.offset(), first.min(room))?;
+    let h = RecordHeader::decode(&b, seq, room)?;
+    if h.kind != Kind::Object || h.fingerprint != fp {
+        return Ok(None);
+    }
+    let head_len = RECORD_HEADER_LEN as u64 + h.key_len as u64 + h.variant_len as u64;
+    if h.body_len <= whole_limit {
+        let whole = h.record_len();
+        let b = if (b.len() as u64) < whole {
+            read(shared, loc, loc.offset(), whole)?
+        } else {
+            b
+        };
+        let r = Record::decode(&b, seq)?;
+        if r.key != key {
+            return Ok(None);
+        }
+        let head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
+        return Ok(Some(Loaded {
+            key: r.key,
+            variant: r.variant,
+            head,
+            body: LoadedBody::Whole(r.body),
+        }));
+    }
+    // Large: the head now, the body as a stream.
+    let meta_end = head_len + h.meta_len as u64;
+    let b = if (b.len() as u64) < meta_end {
+        read(shared, loc, loc.offset(), meta_end)?
+    } else {
+        b
+    };
+    if (b.len() as u64) < meta_end {
+        return Err(FormatError::Bounds.into());
+    }
+    let k = &b[RECORD_HEADER_LEN..RECORD_HEADER_LEN + h.key_len as usize];
+    if k != key.as_bytes() {
+        return Ok(None);
+    }
+    let v = &b[RECORD_HEADER_LEN + h.key_len as usize..head_len as usize];
+    let variant = String::from_utf8(v.to_vec()).map_err(|_| FormatError::Checksum)?;
+    let meta = b.slice(head_len as usize..meta_end as usize);
+    let mut hasher = h.hasher();
+    hasher.update(&b[RECORD_HEADER_LEN..meta_end as usize]);
+    let head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    Ok(Some(Loaded {
+        key: key.to_string(),
+        variant,
+        head,
+        body: LoadedBody::Stream(Box::new(BodyStream {
+            fingerprint: fp,
+            loc,
+            seq,
+            next: loc.offset() + meta_end,
+            remaining: h.body_len,
+            hasher,
+            checksum: h.checksum,
+            len: h.body_len,
+        })),
+    }))
+}
+
+/// The next chunk of a streamed body (see [`crate::DiskStore::stream`]).
+pub fn next_chunk(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option<Bytes>> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    if s.remaining == 0 {
+        return Ok(None);
+    }
+    if shared.seqs[s.loc.region() as usize].load(Ordering::Acquire) != s.seq {
+        return Err(bad("region reused while being read"));
+    }
+    let n = s.remaining.min(CHUNK);
+    let b = read(shared, s.loc, s.next, n)?;
+    if (b.len() as u64) < n {
+        return Err(bad("record truncated"));
+    }
+    s.hasher.update(&b);
+    s.next += n;
+    s.remaining -= n;
+    if s.remaining == 0 && s.hasher.digest() != s.checksum {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(Some(b))
+}

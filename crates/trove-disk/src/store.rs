@@ -1,0 +1,505 @@
+//! [`DiskStore`]: the disk tier's public face. Callers queue writes and removals (never
+//! blocking), look objects up in the index and read them back verified.
+//!
+//! One writer thread owns the regions (see `writer`); it first recovers the index
+//! (`recovery`), so the store answers at once (misses) and finds more of what is on disk as
+//! each region's part of the index comes back. Readers use `pread` on any thread; a disk hit
+//! is read by the proxy's blocking pool, never by the cache core.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use trove_store::hash::{fingerprint, key_hash};
+use trove_store::Object;
+
+use crate::dir::{Dir, OpenError};
+use crate::format::{FLAG_ALL_VARIANTS, FLAG_VARIED};
+use crate::index::{Index, Loc, Varied, MAX_REGIONS, MAX_REGION_SIZE};
+
+/// How space is reclaimed when the regions are full (see `writer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reclaim {
+    /// The oldest region goes, whole.
+    Fifo,
+    /// The oldest region goes, but objects hit since they were written are copied forward
+    /// first (up to half a region's worth): CacheLib Navy's "reinsertion".
+    #[default]
+    FifoReinsert,
+}
+
+impl Reclaim {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reclaim::Fifo => "fifo",
+            Reclaim::FifoReinsert => "fifo-reinsert",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Reclaim> {
+        match s {
+            "fifo" => Some(Reclaim::Fifo),
+            "fifo-reinsert" => Some(Reclaim::FifoReinsert),
+            _ => None,
+        }
+    }
+}
+
+/// What the disk tier is built from.
+#[derive(Debug, Clone)]
+pub struct DiskConfig {
+    pub paths: Vec<PathBuf>,
+    /// Bytes of disk, over all paths.
+    pub budget: u64,
+    pub region_size: u64,
+    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
+    /// loss can take.
+    pub sync_interval: Duration,
+    pub reclaim: Reclaim,
+    /// Bytes of objects waiting for the writer; past this, more are not written.
+    pub queue_bytes: u64,
+}
+
+impl DiskConfig {
+    pub fn new(path: impl Into<PathBuf>, budget: u64) -> DiskConfig {
+        DiskConfig {
+            paths: vec![path.into()],
+            budget,
+            region_size: 16 << 20,
+            sync_interval: Duration::from_secs(1),
+            reclaim: Reclaim::default(),
+            queue_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Counters of the disk tier.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    /// Objects not written: the queue was full, or the tier had failed.
+    pub writes_dropped: AtomicU64,
+    pub hits: AtomicU64,
+    /// Records found torn, truncated or corrupt (at recovery or on a read) and dropped.
+    pub corrupt: AtomicU64,
+    pub regions_reclaimed: AtomicU64,
+    pub reinserted: AtomicU64,
+    pub io_errors: AtomicU64,
+    pub recovered_objects: AtomicU64,
+    pub recovery_micros: AtomicU64,
+    /// Regions holding data.
+    pub regions_used: AtomicU64,
+}
+
+/// A snapshot of [`Stats`] and the index's size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskStats {
+    pub objects: u64,
+    pub index_bytes: u64,
+    pub capacity: u64,
+    pub bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub writes_dropped: u64,
+    pub hits: u64,
+    pub corrupt: u64,
+    pub regions_reclaimed: u64,
+    pub reinserted: u64,
+    pub io_errors: u64,
+    pub recovered_objects: u64,
+    pub recovery_micros: u64,
+    pub ready: bool,
+    pub failed: bool,
+}
+
+/// Keeps whole-key removals apart from single fingerprints in `recent_removals`.
+pub(crate) const ALL_SALT: u64 = 0x5a5a_a5a5_5a5a_a5a5;
+
+pub(crate) const RECOVERING: u8 = 0;
+pub(crate) const READY: u8 = 1;
+pub(crate) const FAILED: u8 = 2;
+
+/// Work for the writer.
+pub(crate) enum Job {
+    Object {
+        key: String,
+        variant: String,
+        meta: Vec<u8>,
+        body: Vec<Bytes>,
+        bytes: u64,
+        /// The removal epoch when it was queued: a removal after it wins.
+        epoch: u64,
+    },
+    Tombstone {
+        key_hash: u64,
+        fingerprint: u64,
+        all: bool,
+        epoch: u64,
+    },
+    Invalidation(Bytes),
+    Flush(Arc<(Mutex<bool>, Condvar)>),
+}
+
+/// A removal made while the index was still coming back, applied when it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LateRemoval {
+    pub key_hash: u64,
+    pub fingerprint: u64,
+    pub all: bool,
+}
+
+pub(crate) struct Shared {
+    pub dir: Dir,
+    /// Each region's current use (`format::RegionHeader::seq`); 0 while free.
+    pub seqs: Vec<AtomicU64>,
+    pub index: Index,
+    pub varied: Varied,
+    pub stats: Stats,
+    pub state: AtomicU8,
+    pub queue: Mutex<VecDeque<Job>>,
+    pub wake: Condvar,
+    pub queued_bytes: AtomicU64,
+    pub late_removals: Mutex<Vec<LateRemoval>>,
+    /// Counts removals; see `recent_removals`.
+    pub epoch: AtomicU64,
+    /// Fingerprints (and, for whole keys, `key_hash ^ ALL_SALT`) removed at an epoch whose
+    /// tombstone is not written yet: an object queued before the removal and written after
+    /// it must not reappear in the index.
+    pub recent_removals: Mutex<std::collections::HashMap<u64, u64>>,
+    pub invalidations: Mutex<Vec<Bytes>>,
+    pub stop: AtomicBool,
+    pub config: DiskConfig,
+    /// Set once the failure was logged, so it is logged once.
+    pub failure_logged: AtomicBool,
+}
+
+impl Shared {
+    /// Stops using the disk: one log line, the metric, and memory-only from now on.
+    pub fn fail(&self, what: &str, err: &dyn std::fmt::Display) {
+        self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+        self.state.store(FAILED, Ordering::Release);
+        if !self.failure_logged.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                paths = ?self.config.paths,
+                "disk tier failed ({what}: {err}); trove goes on with the memory tier only"
+            );
+        }
+    }
+}
+
+/// The disk tier (see the module docs). Dropping it stops the writer after it has written
+/// what was queued.
+pub struct DiskStore {
+    pub(crate) shared: Arc<Shared>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for DiskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskStore")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// An object found on disk, read back whole and verified.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub key: String,
+    pub variant: String,
+    pub head: trove_store::ObjectHead,
+    pub body: LoadedBody,
+}
+
+/// The body of a [`Loaded`] object.
+#[derive(Debug, Clone)]
+pub enum LoadedBody {
+    /// Small enough to have been read with the head, and verified.
+    Whole(Bytes),
+    /// Larger: stream it with [`DiskStore::stream`], which verifies at the end.
+    Stream(Box<crate::reader::BodyStream>),
+}
+
+impl DiskStore {
+    /// Opens (locks, checks the format of) the directories and starts the writer, which
+    /// recovers the index in the background. Fails only when the directories can't be used.
+    pub fn open(config: DiskConfig) -> Result<DiskStore, OpenError> {
+        if config.region_size > MAX_REGION_SIZE || config.region_size < 64 << 10 {
+            return Err(OpenError::TooSmall(0));
+        }
+        let dir = Dir::open(&config.paths, config.budget, config.region_size)?;
+        if dir.region_count() as u64 > MAX_REGIONS {
+            return Err(OpenError::TooSmall(0));
+        }
+        if dir.discarded {
+            tracing::warn!(paths = ?config.paths, "disk tier: an older or unmarked cache directory was discarded");
+        }
+        let shared = Arc::new(Shared {
+            seqs: (0..dir.region_count()).map(|_| AtomicU64::new(0)).collect(),
+            dir,
+            index: Index::default(),
+            varied: Varied::default(),
+            stats: Stats::default(),
+            state: AtomicU8::new(RECOVERING),
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            queued_bytes: AtomicU64::new(0),
+            late_removals: Mutex::new(Vec::new()),
+            epoch: AtomicU64::new(0),
+            recent_removals: Mutex::new(std::collections::HashMap::new()),
+            invalidations: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            config,
+            failure_logged: AtomicBool::new(false),
+        });
+        let s = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("trove-disk-writer".into())
+            .spawn(move || crate::writer::run(&s))
+            .map_err(|err| OpenError::Io {
+                path: PathBuf::new(),
+                err,
+            })?;
+        Ok(DiskStore {
+            shared,
+            writer: Some(writer),
+        })
+    }
+
+    fn state(&self) -> u8 {
+        self.shared.state.load(Ordering::Acquire)
+    }
+
+    /// True once the index is back.
+    pub fn is_ready(&self) -> bool {
+        self.state() == READY
+    }
+
+    /// True once the tier gave up on its disk (it is memory-only from then on).
+    pub fn has_failed(&self) -> bool {
+        self.state() == FAILED
+    }
+
+    /// Waits (up to `limit`) for recovery to finish; true if it did.
+    pub fn wait_ready(&self, limit: Duration) -> bool {
+        let end = std::time::Instant::now() + limit;
+        while self.state() == RECOVERING {
+            if std::time::Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.is_ready()
+    }
+
+    /// Queues `obj` (its body complete) for writing; false if it was not queued (the body
+    /// is not complete, the queue is full, or the tier failed).
+    pub fn write(&self, obj: &Object) -> bool {
+        if self.has_failed() {
+            return false;
+        }
+        let Some(body) = obj.body.complete_chunks() else {
+            return false;
+        };
+        let bytes: u64 = body.iter().map(|b| b.len() as u64).sum::<u64>() + 1024;
+        let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if queued + bytes > self.shared.config.queue_bytes {
+            self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.shared
+                .stats
+                .writes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.push(Job::Object {
+            key: obj.key.clone(),
+            variant: obj.variant.clone(),
+            meta: crate::meta::encode(&obj.head),
+            body,
+            bytes,
+            epoch: self.shared.epoch.load(Ordering::Acquire),
+        });
+        true
+    }
+
+    fn push(&self, job: Job) {
+        self.shared.queue.lock().push_back(job);
+        self.shared.wake.notify_one();
+    }
+
+    /// Removes every variant of `key` (`variant: None`) or one, from the index now and, by a
+    /// tombstone record, from what a restart recovers.
+    pub fn remove(&self, key: &str, variant: Option<&str>) {
+        if self.has_failed() {
+            return;
+        }
+        let kh = key_hash(key);
+        let (fp, all) = match variant {
+            Some(v) => (fingerprint(key, v), false),
+            None => (fingerprint(key, ""), true),
+        };
+        let removal = LateRemoval {
+            key_hash: kh,
+            fingerprint: fp,
+            all,
+        };
+        if self.state() == RECOVERING {
+            self.shared.late_removals.lock().push(removal);
+        }
+        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        {
+            let mut recent = self.shared.recent_removals.lock();
+            recent.insert(if all { kh ^ ALL_SALT } else { fp }, epoch);
+        }
+        crate::recovery::apply_removal(&self.shared, removal);
+        self.push(Job::Tombstone {
+            key_hash: kh,
+            fingerprint: fp,
+            all,
+            epoch,
+        });
+    }
+
+    /// The hook for persisted invalidations (bans, tags, prefix purges: the admin API's
+    /// issue): `payload` is written like any record, kept with the same crash bound, and
+    /// handed back by [`DiskStore::recovered_invalidations`] after a restart, in the order
+    /// written. What it means is the caller's; it must compare against an object's
+    /// `response_time`, not its place on disk (reinsertion copies objects forward).
+    pub fn persist_invalidation(&self, payload: Bytes) {
+        if !self.has_failed() {
+            self.push(Job::Invalidation(payload));
+        }
+    }
+
+    /// The invalidation payloads found on disk at start-up (see
+    /// [`DiskStore::persist_invalidation`]); complete once [`DiskStore::is_ready`].
+    pub fn recovered_invalidations(&self) -> Vec<Bytes> {
+        self.shared.invalidations.lock().clone()
+    }
+
+    /// True if the index may hold `key` (cheap: no I/O).
+    pub fn may_hold(&self, key: &str) -> bool {
+        if self.has_failed() {
+            return false;
+        }
+        self.shared.index.get(fingerprint(key, "")).is_some()
+            || !self.shared.varied.get(key_hash(key)).is_empty()
+    }
+
+    /// Every variant of `key` on disk, read and verified (blocking I/O: call it from a
+    /// blocking pool). Bodies up to `whole_limit` bytes come back whole; larger ones as a
+    /// stream. Corrupt records are dropped from the index and counted.
+    pub fn load(&self, key: &str, whole_limit: u64) -> Vec<Loaded> {
+        if self.has_failed() {
+            return Vec::new();
+        }
+        let kh = key_hash(key);
+        let mut fps = vec![fingerprint(key, "")];
+        fps.extend(self.shared.varied.get(kh));
+        let mut out = Vec::new();
+        for fp in fps {
+            let Some(loc) = self.shared.index.get(fp) else {
+                continue;
+            };
+            match crate::reader::load(&self.shared, fp, loc, key, whole_limit) {
+                Ok(Some(l)) => {
+                    self.shared.index.mark_accessed(fp);
+                    self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    out.push(l);
+                }
+                Ok(None) => {}
+                Err(e) => self.drop_corrupt(fp, loc, &e),
+            }
+        }
+        out
+    }
+
+    pub(crate) fn drop_corrupt(&self, fp: u64, loc: Loc, why: &dyn std::fmt::Display) {
+        if self.shared.index.remove_if_at(fp, loc) {
+            self.shared.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                region = loc.region(),
+                offset = loc.offset(),
+                "disk tier: dropped a corrupt record ({why})"
+            );
+        }
+    }
+
+    /// Reads the next chunk of a streamed body; `Ok(None)` at its verified end. A checksum
+    /// mismatch at the end is an error, and the record is dropped.
+    pub fn stream(&self, s: &mut crate::reader::BodyStream) -> std::io::Result<Option<Bytes>> {
+        match crate::reader::next_chunk(&self.shared, s) {
+            Err(e) => {
+                self.drop_corrupt(s.fingerprint, s.loc, &e);
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
+    /// Waits until everything queued so far is written (and synced when `sync`).
+    pub fn flush(&self) {
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        self.push(Job::Flush(Arc::clone(&done)));
+        let mut d = done.0.lock();
+        while !*d && !self.has_failed() {
+            done.1.wait_for(&mut d, Duration::from_millis(50));
+        }
+    }
+
+    pub fn stats(&self) -> DiskStats {
+        let s = &self.shared.stats;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let region = self.shared.dir.region_size();
+        DiskStats {
+            objects: self.shared.index.len(),
+            index_bytes: self.shared.index.bytes() + self.shared.varied.bytes(),
+            capacity: self.shared.dir.region_count() as u64 * region,
+            bytes: g(&s.regions_used) * region,
+            writes: g(&s.writes),
+            write_bytes: g(&s.write_bytes),
+            writes_dropped: g(&s.writes_dropped),
+            hits: g(&s.hits),
+            corrupt: g(&s.corrupt),
+            regions_reclaimed: g(&s.regions_reclaimed),
+            reinserted: g(&s.reinserted),
+            io_errors: g(&s.io_errors),
+            recovered_objects: g(&s.recovered_objects),
+            recovery_micros: g(&s.recovery_micros),
+            ready: self.is_ready(),
+            failed: self.has_failed(),
+        }
+    }
+
+    /// Flags of a record for `variant`.
+    pub(crate) fn flags_for(variant: &str) -> u8 {
+        if variant.is_empty() {
+            0
+        } else {
+            FLAG_VARIED
+        }
+    }
+
+    /// Tombstone flags.
+    pub(crate) fn tombstone_flags(all: bool) -> u8 {
+        if all {
+            FLAG_ALL_VARIANTS
+        } else {
+            0
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! Memory over disk: [`Tiered`] is the `Storage` the cache core drives when a disk tier is
+//! configured.
+//!
+//! - **Write-through at completion.** An object whose body is complete (on insert, or when
+//!   its fill finishes and `recharge` is called) is queued for the disk at once, so a
+//!   `kill -9` loses only what the writer had not reached (see `writer`), not everything
+//!   that happened to be in memory.
+//! - **Demotion.** A memory victim not yet on disk (the queue was full, or its head was
+//!   freshened since) is written on its way out by the memory tier's `EvictionHook`.
+//! - **Promotion.** A memory miss the disk index may hold is loaded by the proxy's driver
+//!   ([`Tiered::promote`], blocking I/O, on the blocking pool: never inside a cache-core
+//!   decision) into the memory tier, verified, whole when small; a large body is inserted
+//!   at once and filled from disk as it is read ([`Tiered::fill`]), clients following it like
+//!   any body being stored, and it never completes if its checksum fails.
+//! - **Removal.** Purges and invalidations reach both tiers; the disk keeps a tombstone.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use trove_store::{
+    Body, BodyError, EvictionHook, MemoryStore, Object, ObjectHead, Refused, Removal, Storage,
+    StoreStats,
+};
+
+use crate::reader::BodyStream;
+use crate::store::{DiskStore, LoadedBody};
+
+/// Bodies up to this size are read from disk whole, in one read; larger ones stream.
+pub const WHOLE_LIMIT: u64 = 1 << 20;
+
+/// Memory-tier object ids whose current snapshot is on disk or queued for it.
+type Persisted = Arc<Mutex<HashSet<u64>>>;
+
+/// Ids (and keys) of objects evicted while their body was still arriving.
+type Arriving = Arc<Mutex<HashMap<u64, String>>>;
+
+/// Objects promoted from disk kept this many at most in [`Recent`].
+const RECENT: usize = 1024;
+
+/// Objects just read from disk, so they are served even if the memory tier turns them
+/// away at once (a small memory tier, or S3-FIFO's probation queue evicting a newcomer to
+/// make room): a lookup falls back to these after a memory miss. Bounded, oldest out.
+#[derive(Default)]
+struct Recent {
+    map: HashMap<String, Vec<Arc<Object>>>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    fn add(&mut self, obj: Arc<Object>) {
+        let v = self.map.entry(obj.key.clone()).or_default();
+        v.retain(|o| o.variant != obj.variant);
+        if v.is_empty() {
+            self.order.push_back(obj.key.clone());
+        }
+        v.push(obj);
+        while self.order.len() > RECENT {
+            if let Some(k) = self.order.pop_front() {
+                self.map.remove(&k);
+            }
+        }
+    }
+
+    fn get(&self, key: &str) -> Vec<Arc<Object>> {
+        self.map.get(key).cloned().unwrap_or_default()
+    }
+
+    fn forget(&mut self, key: &str) {
+        if self.map.remove(key).is_some() {
+            self.order.retain(|k| k != key);
+        }
+    }
+}
+
+/// Body addresses of objects being promoted: the memory tier may evict them within the
+/// very insert that promotes them, and they are on disk already.
+type FromDisk = Arc<Mutex<HashSet<usize>>>;
+
+struct Demote {
+    disk: Arc<DiskStore>,
+    persisted: Persisted,
+    /// Ids of objects evicted while their body was still arriving: written to disk when it
+    /// completes (`Tiered::recharge`), as they would have been had they stayed.
+    arriving: Arriving,
+    from_disk: FromDisk,
+}
+
+impl EvictionHook for Demote {
+    fn evicted(&self, obj: Arc<Object>) {
+        if self.persisted.lock().remove(&obj.id()) {
+            return;
+        }
+        if self
+            .from_disk
+            .lock()
+            .contains(&(Arc::as_ptr(&obj.body) as usize))
+        {
+            return;
+        }
+        if obj.body.outcome().is_none() {
+            self.arriving.lock().insert(obj.id(), obj.key.clone());
+        } else {
+            self.disk.write(&obj);
+        }
+    }
+}
+
+/// A large body to fill from disk (see [`Tiered::fill`]).
+pub struct Fill {
+    obj: Arc<Object>,
+    stream: Box<BodyStream>,
+}
+
+/// See the module docs.
+pub struct Tiered {
+    memory: MemoryStore,
+    disk: Arc<DiskStore>,
+    persisted: Persisted,
+    arriving: Arriving,
+    from_disk: FromDisk,
+    recent: Mutex<Recent>,
+}
+
+impl std::fmt::Debug for Tiered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tiered")
+            .field("memory", &self.memory)
+            .field("disk", &self.disk)
+            .finish()
+    }
+}
+
+impl Tiered {
+    /// `memory` (built without an eviction hook) over `disk`.
+    pub fn new(memory: MemoryStore, disk: DiskStore) -> Tiered {
+        let disk = Arc::new(disk);
+        let persisted: Persisted = Arc::default();
+        let arriving: Arriving = Arc::default();
+        let from_disk: FromDisk = Arc::default();
+        let memory = memory.with_eviction_hook(Arc::new(Demote {
+            disk: Arc::clone(&disk),
+            persisted: Arc::clone(&persisted),
+            arriving: Arc::clone(&arriving),
+            from_disk: Arc::clone(&from_disk),
+        }));
+        Tiered {
+            memory,
+            disk,
+            persisted,
+            arriving,
+            from_disk,
+            recent: Mutex::default(),
+        }
+    }
+
+    pub fn disk(&self) -> &DiskStore {
+        &self.disk
+    }
+
+    /// True when a memory miss for `key` should be tried on disk first (no I/O).
+    pub fn should_promote(&self, key: &str) -> bool {
+        self.disk.may_hold(key) && self.lookup(key).is_empty()
+    }
+
+    /// Loads `key`'s variants from disk into memory (blocking I/O). Small bodies arrive
+    /// whole; each large one is returned as a [`Fill`] for [`Tiered::fill`] to run.
+    pub fn promote(&self, key: &str) -> Vec<Fill> {
+        let mut fills = Vec::new();
+        for l in self.disk.load(key, WHOLE_LIMIT) {
+            if self.lookup(key).iter().any(|o| o.variant == l.variant) {
+                continue; // Promoted by another request meanwhile, or fetched anew.
+            }
+            let (body, stream) = match l.body {
+                LoadedBody::Whole(b) => (Body::complete(b), None),
+                LoadedBody::Stream(s) => (Body::new(Some(s.len())), Some(s)),
+            };
+            let at = Arc::as_ptr(&body) as usize;
+            self.from_disk.lock().insert(at);
+            let obj = Object::new(l.key, l.variant, l.head, body);
+            let inserted = self.memory.insert(obj);
+            self.from_disk.lock().remove(&at);
+            let Ok(obj) = inserted else {
+                continue;
+            };
+            if self.memory.holds(&obj) && stream.is_none() {
+                // Already on disk, as it is: no need to write it again when evicted.
+                self.persisted.lock().insert(obj.id());
+            }
+            self.recent.lock().add(Arc::clone(&obj));
+            if let Some(stream) = stream {
+                fills.push(Fill { obj, stream });
+            }
+        }
+        fills
+    }
+
+    /// Reads a large promoted body from disk into its object (blocking I/O). A read error or
+    /// a checksum mismatch fails the body (readers see the error, never a complete body)
+    /// and removes the object.
+    pub fn fill(&self, mut f: Fill) {
+        loop {
+            match self.disk.stream(&mut f.stream) {
+                Ok(Some(b)) => {
+                    if f.obj.body.append_now(b).is_err() {
+                        return; // Left the store: nobody new will read it.
+                    }
+                }
+                Ok(None) => {
+                    f.obj.body.finish(Ok(()));
+                    self.persisted.lock().insert(f.obj.id());
+                    self.memory.recharge(&f.obj);
+                    return;
+                }
+                Err(_) => {
+                    f.obj.body.finish(Err(BodyError::Incomplete));
+                    self.memory.remove_object(&f.obj, Removal::Failed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Queues `obj` for the disk if its body is complete and it is not there already.
+    fn persist(&self, obj: &Object) {
+        if obj.body.outcome() != Some(Ok(())) {
+            return;
+        }
+        if !self.persisted.lock().insert(obj.id()) {
+            return;
+        }
+        if !self.disk.write(obj) {
+            self.persisted.lock().remove(&obj.id());
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        let ids: Vec<u64> = self.memory.lookup(key).iter().map(|o| o.id()).collect();
+        let mut p = self.persisted.lock();
+        for id in ids {
+            p.remove(&id);
+        }
+    }
+}
+
+impl Storage for Tiered {
+    /// The memory tier's rule log and tag index. Records on disk don't carry an object's
+    /// labels yet: an object promoted from disk is judged as older than every rule (URL,
+    /// prefix and ban rules still find it; tag and named-cache rules can't), and rules are
+    /// never retired (`scans` is false), so none is forgotten while disk copies exist.
+    fn invalidations(&self) -> Option<&Arc<trove_store::Invalidations>> {
+        self.memory.invalidations()
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&Arc<Object>)) {
+        self.memory.scan(visit)
+    }
+
+    fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
+        let found = self.memory.lookup(key);
+        if found.is_empty() {
+            return self.recent.lock().get(key);
+        }
+        found
+    }
+
+    fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused> {
+        self.recent.lock().forget(&obj.key);
+        if let Some(old) = self
+            .memory
+            .lookup(&obj.key)
+            .iter()
+            .find(|o| o.variant == obj.variant)
+        {
+            self.persisted.lock().remove(&old.id());
+        }
+        let stored = self.memory.insert(obj)?;
+        self.persist(&stored);
+        Ok(stored)
+    }
+
+    fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
+        let updated = self.memory.update_meta(obj, head)?;
+        // The disk copy has the old head: write the new one.
+        self.persisted.lock().remove(&updated.id());
+        self.persist(&updated);
+        Some(updated)
+    }
+
+    fn touch(&self, obj: &Object) {
+        self.memory.touch(obj)
+    }
+
+    fn remove(&self, key: &str, why: Removal) -> usize {
+        self.forget(key);
+        self.recent.lock().forget(key);
+        // An evicted object still arriving is no longer wanted on disk either.
+        self.arriving.lock().retain(|_, k| k != key);
+        let on_disk = self.disk.may_hold(key);
+        let n = self.memory.remove(key, why);
+        self.disk.remove(key, None);
+        if n == 0 && on_disk {
+            1
+        } else {
+            n
+        }
+    }
+
+    fn remove_object(&self, obj: &Object, why: Removal) -> bool {
+        self.persisted.lock().remove(&obj.id());
+        self.arriving.lock().remove(&obj.id());
+        {
+            let mut recent = self.recent.lock();
+            if recent.get(&obj.key).iter().any(|o| o.id() == obj.id()) {
+                recent.forget(&obj.key);
+            }
+        }
+        if matches!(why, Removal::Invalidated | Removal::Purged) {
+            self.disk.remove(&obj.key, Some(&obj.variant));
+        }
+        self.memory.remove_object(obj, why)
+    }
+
+    fn holds(&self, obj: &Object) -> bool {
+        self.memory.holds(obj)
+    }
+
+    fn recharge(&self, obj: &Object) {
+        if obj.body.outcome().is_some() && self.arriving.lock().remove(&obj.id()).is_some() {
+            // Evicted while arriving, now complete: demoted as it would have been.
+            if obj.body.outcome() == Some(Ok(())) {
+                self.disk.write(obj);
+            }
+            return;
+        }
+        self.memory.recharge(obj);
+        if obj.body.outcome() == Some(Ok(())) && !self.persisted.lock().contains(&obj.id()) {
+            if let Some(stored) = self
+                .memory
+                .lookup(&obj.key)
+                .into_iter()
+                .find(|o| o.id() == obj.id())
+            {
+                self.persist(&stored);
+            }
+        }
+    }
+
+    fn max_object(&self) -> u64 {
+        self.memory.max_object()
+    }
+
+    fn resize(&self, capacity: u64, max_object: u64) -> bool {
+        // The memory tier's budget; the disk's is fixed until the next start.
+        self.memory.resize(capacity, max_object)
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.memory.stats()
+    }
+}

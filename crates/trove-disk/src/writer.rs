@@ -1,0 +1,432 @@
+//! The writer thread: appends records to the open region, seals full regions, reclaims the
+//! oldest region when none is free, and syncs.
+//!
+//! Records are encoded into a buffer and written with one `pwrite` per batch (what was
+//! queued when the thread woke, up to [`BATCH`]), so disk writes are large and sequential;
+//! only then are their index entries published, so an object becomes visible only once it
+//! is wholly written. `fdatasync` runs at least every `sync_interval` while there are
+//! writes: a power loss takes at most that much; `kill -9` takes only what was still queued
+//! (the page cache survives the process).
+//!
+//! Reclamation is FIFO over regions (the oldest use goes first, whole: no fragmentation, no
+//! compaction), optionally with reinsertion (CacheLib Navy's answer to FIFO's weakness):
+//! objects read since they were written are copied into the open region, up to half a
+//! region, before theirs is reused. Tombstones need no copying: a tombstone is always newer
+//! than what it removed, so FIFO reclaims the object's region first.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use trove_store::hash::{fingerprint, key_hash};
+
+use crate::format::{
+    seal, Kind, NewRecord, Record, RegionHeader, SummaryEntry, FLAG_VARIED, FOOTER_LEN,
+    REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
+};
+use crate::index::Loc;
+use crate::recovery;
+use crate::store::{DiskStore, Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED, READY};
+
+/// Bytes encoded before a batch is written even if more is queued.
+const BATCH: usize = 1 << 20;
+
+enum Publish {
+    Put {
+        fp: u64,
+        key_hash: u64,
+        varied: bool,
+        loc: Loc,
+        epoch: u64,
+    },
+    Remove(LateRemoval, u64),
+}
+
+struct Active {
+    region: u32,
+    seq: u64,
+    /// Region offset of `buf[0]`.
+    start: u64,
+    buf: Vec<u8>,
+    entries: Vec<SummaryEntry>,
+    publish: Vec<Publish>,
+}
+
+struct Writer<'a> {
+    shared: &'a Shared,
+    size: u64,
+    active: Option<Active>,
+    /// Regions in use, oldest first (not the active one).
+    used: VecDeque<u32>,
+    free: Vec<u32>,
+    next_seq: u64,
+    last_sync: Instant,
+    /// Hot records of a reclaimed region, to be written again.
+    reinsert: Vec<Record>,
+}
+
+/// The thread's body.
+pub(crate) fn run(shared: &Arc<Shared>) {
+    let rec = match recovery::recover(shared) {
+        Ok(r) => r,
+        Err(e) => {
+            shared.fail("reading the regions at start-up", &e);
+            return idle(shared);
+        }
+    };
+    let mut w = Writer {
+        shared,
+        size: shared.dir.region_size(),
+        active: None,
+        used: rec.used.iter().map(|&(r, _)| r).collect(),
+        free: rec.free,
+        next_seq: rec.next_seq,
+        last_sync: Instant::now(),
+        reinsert: Vec::new(),
+    };
+    shared.state.store(READY, Ordering::Release);
+    loop {
+        let (jobs, stop) = take(shared);
+        let mut flushes = Vec::new();
+        let result = (|| {
+            for job in jobs {
+                match job {
+                    Job::Flush(done) => flushes.push(done),
+                    job => w.handle(job)?,
+                }
+                if w.active.as_ref().is_some_and(|a| a.buf.len() >= BATCH) {
+                    w.flush()?;
+                }
+            }
+            w.flush()?;
+            if !flushes.is_empty() || stop || w.last_sync.elapsed() >= shared.config.sync_interval {
+                shared.dir.sync()?;
+                w.last_sync = Instant::now();
+            }
+            Ok::<(), std::io::Error>(())
+        })();
+        for done in flushes {
+            *done.0.lock() = true;
+            done.1.notify_all();
+        }
+        if let Err(e) = result {
+            shared.fail("writing", &e);
+            return idle(shared);
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// After a failure: drop what is queued and release flush waiters until stopped.
+fn idle(shared: &Shared) {
+    shared.state.store(FAILED, Ordering::Release);
+    loop {
+        let (jobs, stop) = take(shared);
+        for job in jobs {
+            match job {
+                Job::Flush(done) => {
+                    *done.0.lock() = true;
+                    done.1.notify_all();
+                }
+                Job::Object { bytes, .. } => {
+                    shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                    shared.stats.writes_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Waits for work (at most a sync interval); returns it and whether to stop.
+fn take(shared: &Shared) -> (Vec<Job>, bool) {
+    let mut q = shared.queue.lock();
+    if q.is_empty() && !shared.stop.load(Ordering::Acquire) {
+        shared.wake.wait_for(&mut q, shared.config.sync_interval);
+    }
+    let jobs: Vec<Job> = q.drain(..).collect();
+    (jobs, shared.stop.load(Ordering::Acquire))
+}
+
+impl Writer<'_> {
+    fn handle(&mut self, job: Job) -> std::io::Result<()> {
+        match job {
+            Job::Object {
+                key,
+                variant,
+                meta,
+                body,
+                bytes,
+                epoch,
+            } => {
+                self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                let rec = NewRecord {
+                    kind: Kind::Object,
+                    flags: DiskStore::flags_for(&variant),
+                    key: &key,
+                    variant: &variant,
+                    fingerprint: fingerprint(&key, &variant),
+                    key_hash: key_hash(&key),
+                    meta: &meta,
+                    body: &body,
+                };
+                self.append(&rec, epoch)
+            }
+            Job::Tombstone {
+                key_hash,
+                fingerprint,
+                all,
+                epoch,
+            } => {
+                let rec = NewRecord {
+                    kind: Kind::Tombstone,
+                    flags: DiskStore::tombstone_flags(all),
+                    key: "",
+                    variant: "",
+                    fingerprint,
+                    key_hash,
+                    meta: &[],
+                    body: &[],
+                };
+                self.append(&rec, epoch)
+            }
+            Job::Invalidation(payload) => {
+                let body = [payload];
+                let rec = NewRecord {
+                    kind: Kind::Invalidation,
+                    flags: 0,
+                    key: "",
+                    variant: "",
+                    fingerprint: 0,
+                    key_hash: 0,
+                    meta: &[],
+                    body: &body,
+                };
+                self.append(&rec, 0)
+            }
+            Job::Flush(_) => Ok(()),
+        }
+    }
+
+    /// The largest record a region takes.
+    fn max_record(&self) -> u64 {
+        self.size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN
+    }
+
+    fn fits(&self, len: u64) -> bool {
+        self.active.as_ref().is_some_and(|a| {
+            a.start
+                + a.buf.len() as u64
+                + len
+                + (a.entries.len() as u64 + 1) * SUMMARY_ENTRY_LEN as u64
+                + FOOTER_LEN
+                <= self.size
+        })
+    }
+
+    fn append(&mut self, rec: &NewRecord<'_>, epoch: u64) -> std::io::Result<()> {
+        let len = rec.record_len();
+        if len > self.max_record() {
+            self.shared
+                .stats
+                .writes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        if !self.fits(len) {
+            self.roll()?;
+        }
+        let a = self.active.as_mut().expect("rolled");
+        let offset = a.start + a.buf.len() as u64;
+        let h = rec.encode_into(a.seq, &mut a.buf);
+        a.entries.push(SummaryEntry::of(&h, offset));
+        match rec.kind {
+            Kind::Object => {
+                a.publish.push(Publish::Put {
+                    fp: h.fingerprint,
+                    key_hash: h.key_hash,
+                    varied: h.flags & FLAG_VARIED != 0,
+                    loc: Loc::new(a.region, offset, len),
+                    epoch,
+                });
+                self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            Kind::Tombstone => a.publish.push(Publish::Remove(
+                LateRemoval {
+                    key_hash: h.key_hash,
+                    fingerprint: h.fingerprint,
+                    all: h.flags & crate::format::FLAG_ALL_VARIANTS != 0,
+                },
+                epoch,
+            )),
+            Kind::Invalidation => {}
+        }
+        // Reinserted records wait for room made by a roll; write them now.
+        if !self.reinsert.is_empty() {
+            self.write_reinserts()?;
+        }
+        Ok(())
+    }
+
+    fn write_reinserts(&mut self) -> std::io::Result<()> {
+        for r in std::mem::take(&mut self.reinsert) {
+            let body = [r.body.clone()];
+            let rec = NewRecord {
+                kind: Kind::Object,
+                flags: r.header.flags,
+                key: &r.key,
+                variant: &r.variant,
+                fingerprint: r.header.fingerprint,
+                key_hash: r.header.key_hash,
+                meta: &r.meta,
+                body: &body,
+            };
+            let epoch = self.shared.epoch.load(Ordering::Acquire);
+            self.append(&rec, epoch)?;
+            self.shared.stats.reinserted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Writes the buffer, then makes its records visible.
+    fn flush(&mut self) -> std::io::Result<()> {
+        let Some(a) = self.active.as_mut() else {
+            return Ok(());
+        };
+        if !a.buf.is_empty() {
+            self.shared.dir.write_at(a.region, a.start, &a.buf)?;
+            self.shared
+                .stats
+                .write_bytes
+                .fetch_add(a.buf.len() as u64, Ordering::Relaxed);
+            a.start += a.buf.len() as u64;
+            a.buf.clear();
+        }
+        let shared = self.shared;
+        for p in a.publish.drain(..) {
+            match p {
+                Publish::Put {
+                    fp,
+                    key_hash,
+                    varied,
+                    loc,
+                    epoch,
+                } => {
+                    let recent = shared.recent_removals.lock();
+                    let removed_after = [fp, key_hash ^ ALL_SALT]
+                        .iter()
+                        .any(|k| recent.get(k).is_some_and(|&e| e > epoch));
+                    drop(recent);
+                    if removed_after {
+                        continue;
+                    }
+                    shared.index.insert(fp, loc);
+                    if varied {
+                        shared.varied.add(key_hash, fp);
+                    }
+                }
+                Publish::Remove(r, epoch) => {
+                    recovery::apply_removal(shared, r);
+                    let k = if r.all {
+                        r.key_hash ^ ALL_SALT
+                    } else {
+                        r.fingerprint
+                    };
+                    let mut recent = shared.recent_removals.lock();
+                    if recent.get(&k).is_some_and(|&e| e <= epoch) {
+                        recent.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals the open region (if any) and opens the next.
+    fn roll(&mut self) -> std::io::Result<()> {
+        self.flush()?;
+        if let Some(a) = self.active.take() {
+            let (at, bytes) = seal(&a.entries, a.seq, self.size);
+            self.shared.dir.write_at(a.region, at, &bytes)?;
+            self.used.push_back(a.region);
+        }
+        let region = match self.free.pop() {
+            Some(r) => r,
+            None => self.reclaim()?,
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.shared.seqs[region as usize].store(seq, Ordering::Release);
+        self.active = Some(Active {
+            region,
+            seq,
+            start: 0,
+            buf: RegionHeader {
+                seq,
+                region_size: self.size,
+            }
+            .encode()
+            .to_vec(),
+            entries: Vec::new(),
+            publish: Vec::new(),
+        });
+        self.shared
+            .stats
+            .regions_used
+            .store(self.used.len() as u64 + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Empties the oldest region: its objects leave the index, the hot ones (with
+    /// reinsertion) are kept to be written again. Returns it.
+    fn reclaim(&mut self) -> std::io::Result<u32> {
+        let victim = self
+            .used
+            .pop_front()
+            .ok_or_else(|| std::io::Error::other("no region to reclaim"))?;
+        let seq = self.shared.seqs[victim as usize].load(Ordering::Acquire);
+        let entries = match recovery::summary(self.shared, victim, seq) {
+            Some(e) => e,
+            None => recovery::scan(self.shared, victim, seq)?.0,
+        };
+        let mut budget = match self.shared.config.reclaim {
+            Reclaim::Fifo => 0,
+            Reclaim::FifoReinsert => self.size / 2,
+        };
+        for e in entries.iter().filter(|e| e.kind == Kind::Object) {
+            let loc = Loc::new(victim, e.offset as u64, e.len as u64);
+            let Some(cur) = self.shared.index.get(e.fingerprint) else {
+                continue;
+            };
+            if !cur.same_place(loc) {
+                continue;
+            }
+            if cur.accessed() && (e.len as u64) <= budget {
+                let mut b = bytes::BytesMut::zeroed(e.len as usize);
+                let n = self.shared.dir.read_at(victim, e.offset as u64, &mut b)?;
+                b.truncate(n);
+                if let Ok(r) = Record::decode(&Bytes::from(b), seq) {
+                    budget -= e.len as u64;
+                    self.reinsert.push(r);
+                }
+            }
+            self.shared.index.remove_if_at(e.fingerprint, loc);
+            if e.flags & FLAG_VARIED != 0 && self.shared.index.get(e.fingerprint).is_none() {
+                self.shared.varied.forget(e.key_hash, e.fingerprint);
+            }
+        }
+        self.shared.seqs[victim as usize].store(0, Ordering::Release);
+        self.shared
+            .stats
+            .regions_reclaimed
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(victim)
+    }
+}

@@ -1,0 +1,411 @@
+//! The disk tier as a library: write, stop (cleanly or not), reopen, read back verified.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use trove_disk::{DiskConfig, DiskStore, LoadedBody, Reclaim, Tiered, FORMAT_VERSION};
+use trove_store::{Body, EvictionKind, MemoryStore, Object, ObjectHead, Removal, Storage};
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("trove-disk-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn config(dir: &PathBuf, budget: u64) -> DiskConfig {
+    DiskConfig {
+        region_size: 256 << 10,
+        ..DiskConfig::new(dir, budget)
+    }
+}
+
+fn head(tag: &str) -> ObjectHead {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-tag", HeaderValue::from_str(tag).unwrap());
+    ObjectHead {
+        status: StatusCode::OK,
+        headers,
+        request_headers: HeaderMap::new(),
+        request_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+        response_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_001),
+        prepared: Default::default(),
+        labels: Default::default(),
+    }
+}
+
+/// The body of object `i`: its size and bytes follow from `i`.
+fn body_of(i: usize) -> Bytes {
+    let n = 100 + (i * 7919) % 5000;
+    Bytes::from((0..n).map(|j| (i * 31 + j) as u8).collect::<Vec<u8>>())
+}
+
+fn obj(i: usize, variant: &str) -> Object {
+    Object::new(
+        format!("http://example.com/{i}"),
+        variant.into(),
+        head(&i.to_string()),
+        Body::complete(body_of(i)),
+    )
+}
+
+/// True when `got` is object `i`'s body (never prints bodies).
+fn same(got: Option<Bytes>, i: usize) -> bool {
+    got.is_some_and(|b| b == body_of(i))
+}
+
+fn open(cfg: DiskConfig) -> DiskStore {
+    let d = DiskStore::open(cfg).expect("open");
+    assert!(d.wait_ready(Duration::from_secs(30)), "recovered");
+    d
+}
+
+fn read_back(d: &DiskStore, i: usize) -> Option<Bytes> {
+    let mut found = d.load(&format!("http://example.com/{i}"), u64::MAX);
+    let l = found.pop()?;
+    assert_eq!(l.head.headers["x-tag"], i.to_string().as_str());
+    match l.body {
+        LoadedBody::Whole(b) => Some(b),
+        LoadedBody::Stream(_) => panic!("asked whole"),
+    }
+}
+
+#[test]
+fn objects_come_back_byte_for_byte_after_a_restart() {
+    let dir = tempdir("restart");
+    {
+        let d = open(config(&dir, 4 << 20));
+        for i in 0..200 {
+            assert!(d.write(&obj(i, "")));
+        }
+        d.flush();
+        assert_eq!(d.stats().objects, 200);
+    }
+    let d = open(config(&dir, 4 << 20));
+    assert_eq!(d.stats().recovered_objects, 200);
+    for i in 0..200 {
+        assert!(same(read_back(&d, i), i), "object {}", i);
+    }
+    assert_eq!(d.stats().corrupt, 0);
+}
+
+/// A write torn by a crash (the data file cut mid-record) loses that record only, and is
+/// counted.
+#[test]
+fn a_torn_record_is_dropped_and_counted_and_the_rest_survive() {
+    let dir = tempdir("torn");
+    {
+        let d = open(config(&dir, 4 << 20));
+        for i in 0..10 {
+            d.write(&obj(i, ""));
+        }
+        d.flush();
+    }
+    // The open region is the only one written: cut its last record in half.
+    let data = dir.join("regions.dat");
+    let len = std::fs::metadata(&data).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+    f.set_len(len - 50).unwrap();
+    drop(f);
+    let d = open(config(&dir, 4 << 20));
+    let s = d.stats();
+    assert_eq!(s.objects, 9, "{s:?}");
+    assert_eq!(s.corrupt, 1, "{s:?}");
+    assert!(read_back(&d, 9).is_none());
+    for i in 0..9 {
+        assert!(same(read_back(&d, i), i), "object {}", i);
+    }
+}
+
+/// A byte flipped in a stored body: the read catches it, drops the record and counts it.
+#[test]
+fn a_flipped_byte_is_caught_on_read_dropped_and_counted() {
+    let dir = tempdir("flip");
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.write(&obj(1, ""));
+        d.write(&obj(2, ""));
+        d.flush();
+    }
+    let data = dir.join("regions.dat");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let needle = &body_of(2)[..64];
+    let at = bytes.windows(64).rposition(|w| w == needle).unwrap();
+    bytes[at + 10] ^= 0xff;
+    std::fs::write(&data, &bytes).unwrap();
+    let d = open(config(&dir, 4 << 20));
+    assert!(read_back(&d, 2).is_none(), "never served");
+    assert_eq!(d.stats().corrupt, 1);
+    assert!(same(read_back(&d, 1), 1), "object {}", 1);
+    assert!(read_back(&d, 2).is_none(), "dropped from the index");
+    assert_eq!(d.stats().corrupt, 1, "counted once");
+}
+
+#[test]
+fn a_second_process_is_refused_and_a_newer_format_is_refused_with_a_message() {
+    let dir = tempdir("lock");
+    let d = open(config(&dir, 4 << 20));
+    let e = DiskStore::open(config(&dir, 4 << 20)).unwrap_err();
+    assert!(e.to_string().contains("in use by another trove"), "{e}");
+    drop(d);
+    std::fs::write(
+        dir.join("FORMAT"),
+        format!("trove-disk {}\n", FORMAT_VERSION + 1),
+    )
+    .unwrap();
+    let e = DiskStore::open(config(&dir, 4 << 20)).unwrap_err();
+    assert!(e.to_string().contains("newer than this trove"), "{e}");
+    assert!(!e.is_io());
+}
+
+/// Writing far past the budget keeps the files within it and the newest objects readable,
+/// and what is recovered after a restart is what was there.
+#[test]
+fn the_budget_is_held_by_reclaiming_regions() {
+    let dir = tempdir("budget");
+    let budget = 2 << 20;
+    {
+        let d = open(config(&dir, budget));
+        for i in 0..3000 {
+            d.write(&obj(i, ""));
+            if i % 100 == 0 {
+                d.flush();
+            }
+        }
+        d.flush();
+        let s = d.stats();
+        assert!(s.regions_reclaimed > 10, "{s:?}");
+        assert!(s.bytes <= budget, "{s:?}");
+        assert!(same(read_back(&d, 2999), 2999), "object {}", 2999);
+        assert!(read_back(&d, 0).is_none());
+    }
+    assert!(std::fs::metadata(dir.join("regions.dat")).unwrap().len() <= budget);
+    let d = open(config(&dir, budget));
+    let s = d.stats();
+    assert_eq!(s.corrupt, 0, "{s:?}");
+    assert!(s.objects > 100, "{s:?}");
+    assert!(same(read_back(&d, 2999), 2999), "object {}", 2999);
+}
+
+/// A purge survives a restart (its tombstone is replayed), and so does the removal of one
+/// variant.
+#[test]
+fn removals_are_not_revived_by_a_restart() {
+    let dir = tempdir("purge");
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.write(&obj(1, ""));
+        d.write(&obj(2, "gzip"));
+        d.write(&obj(2, "br"));
+        d.write(&obj(3, ""));
+        d.flush();
+        assert_eq!(d.load("http://example.com/2", u64::MAX).len(), 2);
+        d.remove("http://example.com/1", None);
+        d.remove("http://example.com/2", Some("gzip"));
+        assert!(read_back(&d, 1).is_none());
+        d.flush();
+    }
+    let d = open(config(&dir, 4 << 20));
+    assert!(read_back(&d, 1).is_none(), "purge revived");
+    let v = d.load("http://example.com/2", u64::MAX);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].variant, "br");
+    assert!(read_back(&d, 3).is_some());
+}
+
+/// A write queued before a removal, but written after it, does not bring the object back.
+#[test]
+fn a_write_queued_before_a_purge_does_not_revive_it() {
+    let dir = tempdir("race");
+    let d = open(config(&dir, 4 << 20));
+    for _ in 0..50 {
+        d.write(&obj(1, ""));
+        d.remove("http://example.com/1", None);
+    }
+    d.flush();
+    assert!(read_back(&d, 1).is_none());
+}
+
+/// With reinsertion a hot object outlives many region reclaims; plain FIFO drops it.
+#[test]
+fn reinsertion_keeps_hot_objects_that_fifo_drops() {
+    for (policy, survives) in [(Reclaim::FifoReinsert, true), (Reclaim::Fifo, false)] {
+        let dir = tempdir(policy.as_str());
+        let d = open(DiskConfig {
+            reclaim: policy,
+            ..config(&dir, 2 << 20)
+        });
+        d.write(&obj(0, ""));
+        d.flush();
+        for i in 1..3000 {
+            d.write(&obj(i, ""));
+            if i % 50 == 0 {
+                d.flush();
+                // The hot object is read now and then.
+                let _ = read_back(&d, 0);
+            }
+        }
+        d.flush();
+        assert_eq!(read_back(&d, 0).is_some(), survives, "{policy:?}");
+        if survives {
+            assert!(d.stats().reinserted > 0);
+        }
+    }
+}
+
+/// A large body streams in chunks and verifies at the end; a corrupt one fails at the end.
+#[test]
+fn a_large_body_streams_and_is_verified_at_the_end() {
+    let dir = tempdir("large");
+    let big: Bytes = (0..600_000u32)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let d = open(DiskConfig {
+        region_size: 1 << 20,
+        ..DiskConfig::new(&dir, 8 << 20)
+    });
+    d.write(&Object::new(
+        "http://example.com/big".into(),
+        String::new(),
+        head("big"),
+        Body::complete(big.clone()),
+    ));
+    d.flush();
+    let mut l = d.load("http://example.com/big", 1000);
+    let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
+        panic!("streamed");
+    };
+    let mut got = Vec::new();
+    while let Some(c) = d.stream(&mut s).unwrap() {
+        got.extend_from_slice(&c);
+    }
+    assert!(got == big, "streamed body differs");
+    // A byte flips on disk under the running store (recovery would drop it by itself).
+    let data = dir.join("regions.dat");
+    let bytes = std::fs::read(&data).unwrap();
+    let at = bytes
+        .windows(32)
+        .position(|w| w == &big[300_000..300_032])
+        .unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, &[bytes[at] ^ 1], at as u64).unwrap();
+    let mut l = d.load("http://example.com/big", 1000);
+    let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
+        panic!("streamed");
+    };
+    let mut err = None;
+    loop {
+        match d.stream(&mut s) {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(err.is_some(), "a corrupt body never ends cleanly");
+    assert_eq!(d.stats().corrupt, 1);
+}
+
+/// Memory over disk: memory victims are on disk, a memory miss is promoted back, and
+/// after a restart the disk serves what memory had.
+#[test]
+fn the_tiers_demote_promote_and_survive_a_restart() {
+    let dir = tempdir("tiered");
+    let mk = || {
+        Tiered::new(
+            MemoryStore::new(64 << 10, 1, 32 << 10, EvictionKind::Lru),
+            open(config(&dir, 8 << 20)),
+        )
+    };
+    {
+        let t = mk();
+        for i in 0..100 {
+            t.insert(obj(i, "")).unwrap();
+        }
+        assert!(
+            t.lookup("http://example.com/0").is_empty(),
+            "evicted from memory"
+        );
+        t.disk().flush(); // Written behind the inserts: wait for the writer.
+        assert!(t.should_promote("http://example.com/0"));
+        assert!(t.promote("http://example.com/0").is_empty());
+        let o = t.lookup("http://example.com/0");
+        assert!(same(o[0].body.complete_bytes(), 0));
+        assert_eq!(t.remove("http://example.com/5", Removal::Purged), 1);
+        t.disk().flush();
+    }
+    let t = mk();
+    assert!(
+        t.lookup("http://example.com/99").is_empty(),
+        "memory starts empty"
+    );
+    for i in (0..100).filter(|&i| i != 5) {
+        let key = format!("http://example.com/{i}");
+        t.promote(&key);
+        let o = t.lookup(&key);
+        assert_eq!(o.len(), 1, "{i}");
+        assert!(same(o[0].body.complete_bytes(), i), "{i}");
+    }
+    assert!(!t.should_promote("http://example.com/5"), "purge kept");
+    let _ = Arc::new(t);
+}
+
+/// An object evicted from memory while its body was still arriving is demoted when the body
+/// completes, unless it was purged meanwhile: the purge must win (it reached the disk after
+/// the purge before the fix).
+#[test]
+fn a_purge_of_an_object_evicted_while_arriving_is_not_undone_by_its_completion() {
+    let dir = tempdir("arriving");
+    let t = Tiered::new(
+        MemoryStore::new(64 << 10, 1, 32 << 10, EvictionKind::Lru),
+        open(config(&dir, 8 << 20)),
+    );
+    let key = "http://example.com/arriving";
+    let body = Body::new(Some(1000));
+    let arriving = t
+        .insert(Object::new(
+            key.into(),
+            String::new(),
+            head("a"),
+            Arc::clone(&body),
+        ))
+        .unwrap();
+    for i in 0..100 {
+        t.insert(obj(i, "")).unwrap();
+    }
+    assert!(!t.holds(&arriving), "evicted while arriving");
+    t.remove(key, Removal::Purged);
+    body.append_now(Bytes::from(vec![7u8; 1000])).unwrap();
+    body.finish(Ok(()));
+    t.recharge(&arriving);
+    t.disk().flush();
+    assert!(!t.should_promote(key), "the purged object reached the disk");
+}
+
+/// The hook for persisted invalidations (the admin API's bans and tags): payloads written
+/// come back after a restart, in order.
+#[test]
+fn persisted_invalidations_come_back_after_a_restart_in_order() {
+    let dir = tempdir("invalidations");
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.persist_invalidation(Bytes::from_static(b"ban req.url ~ ^/a"));
+        d.write(&obj(1, ""));
+        d.persist_invalidation(Bytes::from_static(b"tag product-7"));
+        d.flush();
+    }
+    let d = open(config(&dir, 4 << 20));
+    assert_eq!(
+        d.recovered_invalidations(),
+        vec![
+            Bytes::from_static(b"ban req.url ~ ^/a"),
+            Bytes::from_static(b"tag product-7")
+        ]
+    );
+    assert!(same(read_back(&d, 1), 1));
+}

@@ -1,0 +1,492 @@
+//! The `trove sim` command line (clap derive, like `trove bench`'s).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use trove_cache::{CookiePolicy, RequestCookiePolicy};
+use trove_http::Policy;
+use trove_store::EvictionKind;
+
+use crate::assume::Assumptions;
+use crate::net::{AbortModel, Params, Preset};
+use crate::replay::{Config, Replay};
+use crate::sweep::{self, Progress, Report};
+use crate::trace::synthetic::{SyntheticReader, SyntheticSpec};
+use crate::trace::{Format, TraceReader};
+
+/// `trove sim`: replay a trace through trove's own cache core in virtual time.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: Option<SimCommand>,
+    #[command(flatten)]
+    pub replay: ReplayArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// The DynamicWeb throughput, speedup and node-count model (seed 002 §3.2).
+    Model(ModelArgs),
+}
+
+/// Which connections the proxy keeps open for reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Persistent {
+    All,
+    Clients,
+    Servers,
+    None,
+}
+
+/// What a request carrying `Cookie` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Cookies {
+    /// RFC 9111: cookies do not matter to the cache (trove's default).
+    Ignore,
+    /// Requests with cookies go past the cache (seed 003's proxies, Varnish).
+    Bypass,
+    /// Bypass, except for images (the vendors' heuristic in seed 003 §IV.A).
+    BypassExceptImages,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trace: a file (`-` for standard input) or `synthetic:polymix-2`,
+    /// `synthetic:datacomm-1`, `synthetic:<workload.toml>`.
+    pub trace: Option<String>,
+    /// Trace format; guessed from the first line when not given.
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Origin for a CLF log's paths.
+    #[arg(long, default_value = "http://localhost")]
+    pub host: String,
+    /// Cache sizes to sweep, comma-separated (`64MiB`, `1GiB`, `unbounded`, `0` for no data
+    /// cache).
+    #[arg(
+        long,
+        default_value = "16MiB,64MiB,256MiB,1GiB,unbounded",
+        value_delimiter = ','
+    )]
+    pub sizes: Vec<String>,
+    /// Eviction policies to sweep.
+    #[arg(long, default_value = "lru,s3-fifo", value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Largest object stored (`[cache] max_object`).
+    #[arg(long, default_value = "64MiB")]
+    pub max_object: String,
+    /// Freshness given to cachable responses when the trace has no headers, seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub freshness: u64,
+    /// Treat `?` and `cgi-bin` URLs as cachable.
+    #[arg(long)]
+    pub cache_dynamic: bool,
+    /// Fraction of (client, URL) pairs whose requests carry a cookie.
+    #[arg(long, default_value_t = 0.0)]
+    pub cookie_fraction: f64,
+    /// What the cache does with a request carrying a cookie.
+    #[arg(long, value_enum, default_value_t = Cookies::Ignore)]
+    pub cookies: Cookies,
+    /// Turn on the network model with a preset of seed 003.
+    #[arg(long, value_enum)]
+    pub network: Option<Preset>,
+    /// Client link, bits per second (overrides the preset).
+    #[arg(long)]
+    pub client_bandwidth: Option<f64>,
+    /// Client round trip, milliseconds.
+    #[arg(long)]
+    pub client_rtt: Option<f64>,
+    /// Origin link, bits per second.
+    #[arg(long)]
+    pub origin_bandwidth: Option<f64>,
+    /// Origin round trip, milliseconds.
+    #[arg(long)]
+    pub origin_rtt: Option<f64>,
+    /// Initial TCP window, segments.
+    #[arg(long)]
+    pub initial_window: Option<u32>,
+    /// Which connections the proxy keeps for reuse.
+    #[arg(long, value_enum, default_value_t = Persistent::All)]
+    pub persistent: Persistent,
+    /// The no-proxy baseline keeps client-to-server connections open too.
+    #[arg(long)]
+    pub direct_persistent: bool,
+    /// Abort handling: trove (the default policy, 64 KB read-ahead unless storing), finish,
+    /// stop, stop-64k.
+    #[arg(long, default_value = "trove")]
+    pub abort: String,
+    /// Requests of a synthetic trace.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub requests: u64,
+    /// About this fraction of a synthetic trace's transfers are aborted part-way, large
+    /// objects more often (in proportion to size).
+    #[arg(long, default_value_t = 0.0)]
+    pub abort_fraction: f64,
+    /// A synthetic trace's peak request rate, all clients together, req/s (default: the
+    /// workload's; its robot rate fixes how many clients that is).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Origin servers a synthetic trace's objects are spread over (default: the workload's).
+    #[arg(long)]
+    pub servers: Option<u32>,
+    /// Seed of a synthetic trace's draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report as JSON to this file (`-`: standard output, instead of the table).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the HTML report to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Write the first configuration's result code for every record to this file.
+    #[arg(long)]
+    pub outcomes: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Cache hits per second through the whole path.
+    #[arg(long, default_value_t = 175.0)]
+    pub c_tp: f64,
+    /// Static files per second.
+    #[arg(long, default_value_t = 270.0)]
+    pub f_tp: f64,
+    /// Server-program invocations per second (1/c'): ~20 with CGI, ~300 with ICAPI.
+    #[arg(long, default_value_t = 300.0)]
+    pub c1_tp: f64,
+    /// Requests per second the cache manager alone satisfies (1/c'').
+    #[arg(long, default_value_t = 500.0)]
+    pub c2_tp: f64,
+    /// Dynamic pages generated per second.
+    #[arg(long, default_value_t = 10.0)]
+    pub s_tp: f64,
+    /// Share of requests for dynamic pages.
+    #[arg(long, default_value_t = 1.0)]
+    pub p_dyn: f64,
+    /// Cache hit rate of dynamic requests.
+    #[arg(long, default_value_t = 0.5)]
+    pub h: f64,
+    /// Write Figures 7-14 for these parameters as an HTML page.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Write the figures' data as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Parses `64MiB`, `1GiB`, `512KiB`, `100MB`, `12345`, `unbounded`.
+pub fn parse_size(s: &str) -> anyhow::Result<Option<u64>> {
+    let t = s.trim();
+    if matches!(
+        t.to_ascii_lowercase().as_str(),
+        "unbounded" | "inf" | "infinite"
+    ) {
+        return Ok(None);
+    }
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{s:?} is not a size (say 64MiB, 1GiB or unbounded)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" => 1e12,
+        "tib" => 1024f64.powi(4),
+        u => anyhow::bail!("{s:?}: unknown unit {u:?}"),
+    };
+    Ok(Some((n * mult) as u64))
+}
+
+/// Runs `trove sim`.
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    match args.command {
+        Some(SimCommand::Model(m)) => model(m),
+        None => {
+            let report = replay(&args.replay)?;
+            output(&args.replay, &report)
+        }
+    }
+}
+
+fn model(m: ModelArgs) -> anyhow::Result<()> {
+    let p = crate::model::Params {
+        c_tp: m.c_tp,
+        f_tp: m.f_tp,
+        c1_tp: m.c1_tp,
+        c2_tp: m.c2_tp,
+        s_tp: m.s_tp,
+        p_dyn: m.p_dyn,
+        h: m.h,
+    };
+    anyhow::ensure!(
+        [p.c_tp, p.f_tp, p.c1_tp, p.c2_tp, p.s_tp]
+            .iter()
+            .all(|v| *v > 0.0),
+        "rates must be positive"
+    );
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&p.p_dyn) && (0.0..=1.0).contains(&p.h),
+        "p_dyn and h are fractions within 0..=1"
+    );
+    print!("{}", crate::model::text(&p));
+    if let Some(path) = &m.html {
+        std::fs::write(path, crate::model::html(&p))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &m.json {
+        let v = serde_json::json!({ "params": p, "figures": crate::model::figures(&p) });
+        std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The configurations the arguments ask for.
+pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
+    let max_object = parse_size(&a.max_object)?.unwrap_or(u64::MAX / 4);
+    let mut sizes = Vec::new();
+    for s in &a.sizes {
+        sizes.push(parse_size(s)?);
+    }
+    let mut policies = Vec::new();
+    for p in &a.policies {
+        policies.push(
+            EvictionKind::parse(p)
+                .ok_or_else(|| anyhow::anyhow!("unknown eviction policy {p:?} (lru, s3-fifo)"))?,
+        );
+    }
+    let cookies = match a.cookies {
+        Cookies::Ignore => CookiePolicy::default(),
+        Cookies::Bypass => CookiePolicy {
+            request_cookie: RequestCookiePolicy::Bypass,
+            ..CookiePolicy::default()
+        },
+        Cookies::BypassExceptImages => CookiePolicy {
+            request_cookie: RequestCookiePolicy::Bypass,
+            ignore_for: vec!["image/".into()],
+            ..CookiePolicy::default()
+        },
+    };
+    let net = match a.network {
+        None => {
+            anyhow::ensure!(
+                a.client_bandwidth.is_none()
+                    && a.client_rtt.is_none()
+                    && a.origin_bandwidth.is_none()
+                    && a.origin_rtt.is_none(),
+                "link settings need the network model: add --network modem or --network lan"
+            );
+            None
+        }
+        Some(preset) => {
+            let mut p: Params = preset.params();
+            if let Some(v) = a.client_bandwidth {
+                p.client_bandwidth = v / 8.0;
+            }
+            if let Some(v) = a.client_rtt {
+                p.client_rtt = v / 1e3;
+            }
+            if let Some(v) = a.origin_bandwidth {
+                p.origin_bandwidth = v / 8.0;
+            }
+            if let Some(v) = a.origin_rtt {
+                p.origin_rtt = v / 1e3;
+            }
+            if let Some(w) = a.initial_window {
+                p.tcp.initial_window = w.max(1);
+            }
+            anyhow::ensure!(
+                p.client_bandwidth > 0.0 && p.origin_bandwidth > 0.0,
+                "bandwidths must be positive"
+            );
+            anyhow::ensure!(
+                p.client_rtt >= 0.0 && p.origin_rtt >= 0.0,
+                "RTTs must not be negative"
+            );
+            (p.persistent_clients, p.persistent_servers) = match a.persistent {
+                Persistent::All => (true, true),
+                Persistent::Clients => (true, false),
+                Persistent::Servers => (false, true),
+                Persistent::None => (false, false),
+            };
+            p.direct_persistent = a.direct_persistent;
+            p.abort = AbortModel::parse(&a.abort).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown abort handling {:?} (trove, finish, stop, stop-64k)",
+                    a.abort
+                )
+            })?;
+            Some(p)
+        }
+    };
+    let mut out = Vec::new();
+    for size in &sizes {
+        for policy in &policies {
+            out.push(Config {
+                cache_size: *size,
+                policy: *policy,
+                max_object,
+                cookies: cookies.clone(),
+                heuristic: Policy::default(),
+                net: net.clone(),
+            });
+        }
+    }
+    anyhow::ensure!(
+        !out.is_empty(),
+        "nothing to replay: give --sizes and --policies"
+    );
+    Ok(out)
+}
+
+/// The assumptions the arguments ask for.
+pub fn assumptions(a: &ReplayArgs) -> anyhow::Result<Assumptions> {
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&a.cookie_fraction),
+        "--cookie-fraction is a fraction within 0..=1"
+    );
+    Ok(Assumptions {
+        dynamic_uncachable: !a.cache_dynamic,
+        freshness: Duration::from_secs(a.freshness),
+        cookie_fraction: a.cookie_fraction,
+    })
+}
+
+/// Runs the replay the arguments describe and returns its report.
+pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
+    let trace = a
+        .trace
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("give a trace file (or synthetic:polymix-2), or `model`"))?;
+    let configs = configs(a)?;
+    let assume = assumptions(a)?;
+    let mut replay = Replay::new(assume.clone(), configs);
+    if let Some(path) = &a.outcomes {
+        let f = File::create(path)
+            .map_err(|e| anyhow::anyhow!("--outcomes {}: {e}", path.display()))?;
+        replay = replay.with_outcomes(Box::new(BufWriter::new(f)));
+    }
+    let progress = if a.quiet {
+        Progress::Off
+    } else {
+        Progress::Auto
+    };
+    if let Some(name) = trace.strip_prefix("synthetic:") {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&a.abort_fraction),
+            "--abort-fraction is a fraction within 0..=1"
+        );
+        let mut workload = trove_bench::workload::Workload::load(name)?;
+        if let Some(rate) = a.rate {
+            anyhow::ensure!(rate > 0.0, "--rate must be positive");
+            workload.peak_rate = rate;
+        }
+        if let Some(n) = a.servers {
+            anyhow::ensure!(n >= 1, "--servers must be at least 1");
+            workload.servers.count = n;
+        }
+        let reader = SyntheticReader::new(SyntheticSpec {
+            workload,
+            requests: a.requests,
+            abort_fraction: a.abort_fraction,
+            seed: a.seed,
+        });
+        return sweep::run(
+            Box::new(reader),
+            replay,
+            assume,
+            trace,
+            "synthetic",
+            Some(a.requests),
+            progress,
+        );
+    }
+    let (input, total): (Box<dyn std::io::BufRead>, Option<u64>) = if trace == "-" {
+        (
+            Box::new(BufReader::with_capacity(1 << 16, std::io::stdin())),
+            None,
+        )
+    } else {
+        let f = File::open(trace).map_err(|e| anyhow::anyhow!("{trace}: {e}"))?;
+        let len = f.metadata().ok().map(|m| m.len());
+        (Box::new(BufReader::with_capacity(1 << 16, f)), len)
+    };
+    let mut input = input;
+    let format = match a.format {
+        Some(f) => f,
+        None => detect(&mut input)?,
+    };
+    let reader: Box<dyn TraceReader> = format.reader(input, &a.host);
+    sweep::run(
+        reader,
+        replay,
+        assume,
+        trace,
+        format.as_str(),
+        total,
+        progress,
+    )
+}
+
+/// Peeks at the first line that is not blank or a comment without consuming it.
+fn detect(input: &mut Box<dyn std::io::BufRead>) -> anyhow::Result<Format> {
+    let buf = input.fill_buf()?;
+    let first = buf
+        .split(|b| *b == b'\n')
+        .find(|l| !crate::trace::is_blank(l))
+        .unwrap_or(b"");
+    Format::detect(first).ok_or_else(|| {
+        anyhow::anyhow!("cannot tell the trace's format from its first line: give --format")
+    })
+}
+
+fn output(a: &ReplayArgs, r: &Report) -> anyhow::Result<()> {
+    let stdout_json = a.json.as_deref() == Some(std::path::Path::new("-"));
+    if stdout_json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, r)?;
+        writeln!(out)?;
+    } else {
+        print!("{}", crate::report::text::render(r));
+        if let Some(path) = &a.json {
+            std::fs::write(path, serde_json::to_string_pretty(r)?)?;
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &a.html {
+        std::fs::write(path, crate::report::html::render(r))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64MiB").unwrap(), Some(64 << 20));
+        assert_eq!(parse_size("1GiB").unwrap(), Some(1 << 30));
+        assert_eq!(parse_size("100MB").unwrap(), Some(100_000_000));
+        assert_eq!(parse_size("12345").unwrap(), Some(12345));
+        assert_eq!(parse_size("unbounded").unwrap(), None);
+        assert_eq!(parse_size("0").unwrap(), Some(0));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+    }
+}

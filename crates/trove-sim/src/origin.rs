@@ -1,0 +1,174 @@
+//! The replay's origin: answers each request at once, in virtual time, with the response the
+//! trace record implies under the [`Assumptions`]. The agreement test serves the same
+//! answers from a real origin over loopback, so `trove serve` and the replay see one origin.
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use trove_cache::engine::{Forward, Origin, OriginAnswer};
+use trove_cache::OriginFailure;
+
+use crate::assume::Assumptions;
+
+/// What the origin holds for the URL being replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted<'a> {
+    /// The status the record logged (304 and 206 are answered as the whole object).
+    pub status: u16,
+    /// The object's full size.
+    pub size: u64,
+    /// Changes when the object does: its validator is built from it. The size, when the
+    /// trace says what the object's size is (CSV, synthetic); 0 for a log, whose byte
+    /// counts include header bytes that differ between a hit and a miss of one object.
+    pub version: u64,
+    pub cachable: bool,
+    pub content_type: &'a str,
+}
+
+/// The origin's answer to a request (`if_none_match`: the request's validator, if any).
+pub fn answer(
+    a: &Assumptions,
+    w: &Wanted<'_>,
+    if_none_match: Option<&[u8]>,
+    zeros: &mut Zeros,
+) -> OriginAnswer {
+    let mut headers = HeaderMap::with_capacity(4);
+    let etag = etag(w.version);
+    if w.cachable {
+        headers.insert(CACHE_CONTROL, max_age(a.freshness.as_secs()));
+        headers.insert(ETAG, etag.clone());
+    } else {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
+    }
+    if !w.content_type.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(w.content_type) {
+            headers.insert(CONTENT_TYPE, v);
+        }
+    }
+    let status = match w.status {
+        200 | 206 | 304 => StatusCode::OK,
+        s => StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
+    };
+    if w.cachable && status == StatusCode::OK && if_none_match == Some(etag.as_bytes()) {
+        return OriginAnswer {
+            status: StatusCode::NOT_MODIFIED,
+            headers,
+            body: Bytes::new(),
+        };
+    }
+    OriginAnswer {
+        status,
+        headers,
+        body: zeros.take(w.size),
+    }
+}
+
+/// A validator that changes with the object's version.
+fn etag(version: u64) -> HeaderValue {
+    let mut b = itoa_hex(version);
+    b.insert(0, b'"');
+    b.push(b'"');
+    HeaderValue::from_bytes(&b).expect("hex digits and quotes")
+}
+
+fn itoa_hex(mut n: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(18);
+    loop {
+        v.push(b"0123456789abcdef"[(n & 15) as usize]);
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    v.reverse();
+    v
+}
+
+fn max_age(secs: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("max-age={secs}")).expect("ascii")
+}
+
+/// Zero-filled bodies of any size from one shared buffer, so a miss costs no allocation
+/// (the buffer grows by doubling and its pages are never touched: the store only counts
+/// body bytes).
+#[derive(Debug, Default)]
+pub struct Zeros(Bytes);
+
+impl Zeros {
+    pub fn take(&mut self, len: u64) -> Bytes {
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if self.0.len() < len {
+            let cap = len.checked_next_power_of_two().unwrap_or(len).max(1 << 16);
+            self.0 = Bytes::from(vec![0u8; cap]);
+        }
+        self.0.slice(..len)
+    }
+}
+
+/// What the origin did during one replayed request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// Requests the origin answered.
+    pub requests: u32,
+    /// Body bytes it sent.
+    pub body_bytes: u64,
+}
+
+/// The origin for one record at a time.
+pub struct TraceOrigin<'a> {
+    pub assumptions: &'a Assumptions,
+    pub wanted: Wanted<'a>,
+    pub zeros: &'a mut Zeros,
+    pub asked: Asked,
+}
+
+impl Origin for TraceOrigin<'_> {
+    fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
+        let inm = req.headers.get(IF_NONE_MATCH).map(HeaderValue::as_bytes);
+        let ans = answer(self.assumptions, &self.wanted, inm, self.zeros);
+        self.asked.requests += 1;
+        self.asked.body_bytes += ans.body.len() as u64;
+        Ok(ans)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cachable_uncachable_and_not_modified() {
+        let a = Assumptions::default();
+        let mut z = Zeros::default();
+        let w = Wanted {
+            status: 200,
+            size: 300,
+            version: 300,
+            cachable: true,
+            content_type: "image/gif",
+        };
+        let ans = answer(&a, &w, None, &mut z);
+        assert_eq!(ans.status, 200);
+        assert_eq!(ans.body.len(), 300);
+        assert_eq!(ans.headers[CACHE_CONTROL], "max-age=3600");
+        assert_eq!(ans.headers[ETAG], "\"12c\"");
+        let again = answer(&a, &w, Some(b"\"12c\""), &mut z);
+        assert_eq!(
+            (again.status, again.body.len()),
+            (StatusCode::NOT_MODIFIED, 0)
+        );
+        let changed = answer(&a, &Wanted { version: 301, ..w }, Some(b"\"12c\""), &mut z);
+        assert_eq!(changed.status, 200);
+        let dynamic = answer(
+            &a,
+            &Wanted {
+                cachable: false,
+                ..w
+            },
+            None,
+            &mut z,
+        );
+        assert_eq!(dynamic.headers[CACHE_CONTROL], "private, no-cache");
+        assert!(dynamic.headers.get(ETAG).is_none());
+    }
+}

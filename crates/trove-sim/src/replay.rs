@@ -1,0 +1,363 @@
+//! The replay: each trace record becomes a request to trove's own cache core
+//! (`trove_cache::engine` over a `trove_store::MemoryStore`, the server's store with its
+//! shard count and eviction policies) at the record's time on a virtual clock, answered by
+//! the [`TraceOrigin`]. Several cache configurations (sizes × policies) are replayed side by
+//! side from one pass over the trace, so the trace is read and parsed once.
+//!
+//! Work done once per distinct URL, not per request: parsing and normalising it into trove's
+//! cache key, finding its server, whether it looks dynamic, its content type.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderValue, Method};
+use serde::Serialize;
+use trove_cache::engine::Engine;
+use trove_cache::{CookiePolicy, Outcome, Step};
+use trove_http::Policy;
+use trove_store::{EvictionKind, MemoryStore, Removal, Storage};
+
+use crate::assume::{guess_type, Assumptions};
+use crate::intern::{FastMap, Names};
+use crate::net::{Exchange, NetModel, NetReport, Params};
+use crate::origin::{Asked, TraceOrigin, Wanted, Zeros};
+use crate::trace::synthetic::UNCACHABLE;
+use crate::trace::Record;
+
+/// `trove serve` splits its memory store into this many shards; eviction order depends on
+/// it, so the replay uses the same.
+pub const STORE_SHARDS: usize = 16;
+
+/// One cache configuration to replay.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Memory budget in bytes; `None`: unbounded (nothing is ever evicted); `Some(0)`: no
+    /// data cache at all.
+    pub cache_size: Option<u64>,
+    pub policy: EvictionKind,
+    /// Largest object stored (`[cache] max_object`).
+    pub max_object: u64,
+    pub cookies: CookiePolicy,
+    pub heuristic: Policy,
+    /// The network model, or `None` for hit ratios only.
+    pub net: Option<Params>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Counters {
+    requests: u64,
+    hits: u64,
+    bytes: u64,
+    hit_bytes: u64,
+    origin_requests: u64,
+    origin_body_bytes: u64,
+    outcomes: [u64; Outcome::ALL.len()],
+}
+
+struct Sim {
+    cfg: Config,
+    engine: Engine,
+    c: Counters,
+    net: Option<NetModel>,
+}
+
+impl Sim {
+    fn new(cfg: Config) -> Sim {
+        let capacity = cfg.cache_size.unwrap_or(u64::MAX / 4);
+        let store: Arc<dyn Storage> = Arc::new(MemoryStore::new(
+            capacity,
+            STORE_SHARDS,
+            cfg.max_object,
+            cfg.policy,
+        ));
+        let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
+        // `trove serve` names itself `trove-xxxx` in `Via`; a stored head is charged by its
+        // length, so the replay's is as long.
+        engine.via = HeaderValue::from_static("1.1 trove-0000");
+        let net = cfg.net.clone().map(NetModel::new);
+        Sim {
+            cfg,
+            engine,
+            c: Counters::default(),
+            net,
+        }
+    }
+}
+
+/// What is known about one distinct URL.
+#[derive(Debug)]
+struct UrlInfo {
+    key: Box<str>,
+    server: u32,
+    dynamic: bool,
+    content_type: &'static str,
+    /// Largest byte count a 200 for it has logged (its size when the log does not say).
+    largest: u64,
+}
+
+/// How one record was served by the first configuration (for `--outcomes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub outcome: Outcome,
+    pub status: u16,
+}
+
+/// The replay of one trace through several configurations.
+pub struct Replay {
+    assumptions: Assumptions,
+    urls: FastMap<Box<str>, u32>,
+    info: Vec<UrlInfo>,
+    clients: Names,
+    servers: Names,
+    sims: Vec<Sim>,
+    zeros: Zeros,
+    clock: f64,
+    first: Option<f64>,
+    plain: HeaderMap,
+    cookie: HeaderMap,
+    /// Records whose URL names nothing a cache could hold (CONNECT targets, garbage).
+    pub unreplayable: u64,
+    pub replayed: u64,
+    outcomes: Option<Box<dyn Write>>,
+}
+
+impl Replay {
+    pub fn new(assumptions: Assumptions, configs: Vec<Config>) -> Replay {
+        let mut cookie = HeaderMap::new();
+        cookie.insert(http::header::COOKIE, HeaderValue::from_static("session=1"));
+        Replay {
+            assumptions,
+            urls: FastMap::default(),
+            info: Vec::new(),
+            clients: Names::default(),
+            servers: Names::default(),
+            sims: configs.into_iter().map(Sim::new).collect(),
+            zeros: Zeros::default(),
+            clock: 0.0,
+            first: None,
+            plain: HeaderMap::new(),
+            cookie,
+            unreplayable: 0,
+            replayed: 0,
+            outcomes: None,
+        }
+    }
+
+    /// Writes the first configuration's `RESULT/status` for every replayed record to `w`,
+    /// one a line (the access log's result field, for comparing with a real cache).
+    pub fn with_outcomes(mut self, w: Box<dyn Write>) -> Replay {
+        self.outcomes = Some(w);
+        self
+    }
+
+    fn url_id(&mut self, url: &str) -> Option<u32> {
+        if let Some(&id) = self.urls.get(url) {
+            return Some(id);
+        }
+        let uri: http::Uri = url.parse().ok()?;
+        let key = trove_http::key::cache_key(&uri)?;
+        let host = uri.authority().map_or("", |a| a.as_str());
+        let id = self.info.len() as u32;
+        self.info.push(UrlInfo {
+            server: self.servers.id(host),
+            dynamic: Assumptions::is_dynamic(url),
+            content_type: guess_type(url),
+            key: key.into_boxed_str(),
+            largest: 0,
+        });
+        self.urls.insert(url.into(), id);
+        Some(id)
+    }
+
+    /// Replays one record through every configuration.
+    pub fn feed(&mut self, r: &Record<'_>) -> std::io::Result<()> {
+        let Some(id) = self.url_id(r.url) else {
+            self.unreplayable += 1;
+            return Ok(());
+        };
+        self.replayed += 1;
+        // Logs are not always in order (Squid writes a line when a transfer ends): the
+        // virtual clock never goes back.
+        self.clock = self.clock.max(r.time);
+        self.first.get_or_insert(r.time);
+        let now = UNIX_EPOCH + Duration::from_secs_f64(self.clock.max(0.0));
+        let info = &mut self.info[id as usize];
+        let size = match r.object_size {
+            Some(s) => s,
+            None => {
+                if r.status == 200 {
+                    info.largest = info.largest.max(r.bytes);
+                }
+                info.largest.max(r.bytes)
+            }
+        };
+        let cachable =
+            r.content_type != UNCACHABLE && !(info.dynamic && self.assumptions.dynamic_uncachable);
+        let wanted = Wanted {
+            status: r.status,
+            size,
+            version: r.object_size.unwrap_or(0),
+            cachable,
+            content_type: if r.content_type.is_empty() || r.content_type == UNCACHABLE {
+                info.content_type
+            } else {
+                r.content_type
+            },
+        };
+        let method = match r.method {
+            "GET" => Method::GET,
+            "HEAD" => Method::HEAD,
+            m => Method::from_bytes(m.as_bytes()).unwrap_or(Method::GET),
+        };
+        let headers = if self.assumptions.has_cookie(r.client, r.url) {
+            &self.cookie
+        } else {
+            &self.plain
+        };
+        let (key, server) = (&*info.key, info.server);
+        let client = if self.sims.iter().any(|s| s.net.is_some()) {
+            self.clients.id(r.client)
+        } else {
+            0
+        };
+        for (i, sim) in self.sims.iter_mut().enumerate() {
+            let mut origin = TraceOrigin {
+                assumptions: &self.assumptions,
+                wanted,
+                zeros: &mut self.zeros,
+                asked: Asked::default(),
+            };
+            let served = sim.engine.handle(&method, key, headers, now, &mut origin);
+            let asked = origin.asked;
+            let hit = served.outcome.is_hit();
+            let c = &mut sim.c;
+            c.requests += 1;
+            c.bytes += r.bytes;
+            if hit {
+                c.hits += 1;
+                c.hit_bytes += r.bytes;
+            }
+            c.origin_requests += u64::from(asked.requests);
+            c.origin_body_bytes += asked.body_bytes;
+            c.outcomes[served.outcome.index()] += 1;
+            if let Some(net) = &mut sim.net {
+                let storing = served.steps.contains(&Step::Store);
+                let acc = net.exchange(&Exchange {
+                    time: self.clock,
+                    client,
+                    server,
+                    delivered: r.bytes.min(size.max(r.bytes)),
+                    object_size: size.max(r.bytes),
+                    origin_asked: asked.requests > 0,
+                    origin_body: asked.body_bytes,
+                    storing,
+                });
+                if acc.drop_stored {
+                    sim.engine.store.remove(key, Removal::Failed);
+                }
+            }
+            if i == 0 {
+                if let Some(w) = &mut self.outcomes {
+                    writeln!(
+                        w,
+                        "{}/{:03}",
+                        served.outcome.as_str(),
+                        served.status.as_u16()
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The results so far.
+    pub fn results(&mut self) -> Vec<ConfigReport> {
+        if let Some(w) = &mut self.outcomes {
+            let _ = w.flush();
+        }
+        self.sims.iter().map(ConfigReport::of).collect()
+    }
+
+    pub fn distinct_urls(&self) -> usize {
+        self.info.len()
+    }
+
+    pub fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Virtual time the trace covered, seconds.
+    pub fn span(&self) -> f64 {
+        self.first.map_or(0.0, |f| self.clock - f)
+    }
+}
+
+/// The answers for one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    /// Bytes; `None` for an unbounded cache.
+    pub cache_size: Option<u64>,
+    pub policy: &'static str,
+    pub requests: u64,
+    pub hits: u64,
+    pub hit_ratio: f64,
+    pub bytes_to_clients: u64,
+    pub hit_bytes: u64,
+    pub byte_hit_ratio: f64,
+    pub origin_requests: u64,
+    /// Body bytes the origin sent (whole responses; the network model's figure accounts for
+    /// aborted transfers).
+    pub origin_body_bytes: u64,
+    pub evictions: u64,
+    pub stored_objects: u64,
+    pub stored_bytes: u64,
+    /// Requests by Squid result code.
+    pub outcomes: BTreeMap<&'static str, u64>,
+    pub network: Option<NetReport>,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+impl ConfigReport {
+    fn of(s: &Sim) -> ConfigReport {
+        let st = s.engine.store.stats();
+        ConfigReport {
+            cache_size: s.cfg.cache_size,
+            policy: s.cfg.policy.as_str(),
+            requests: s.c.requests,
+            hits: s.c.hits,
+            hit_ratio: ratio(s.c.hits, s.c.requests),
+            bytes_to_clients: s.c.bytes,
+            hit_bytes: s.c.hit_bytes,
+            byte_hit_ratio: ratio(s.c.hit_bytes, s.c.bytes),
+            origin_requests: s.c.origin_requests,
+            origin_body_bytes: s.c.origin_body_bytes,
+            evictions: st.evictions,
+            stored_objects: st.objects,
+            stored_bytes: st.bytes,
+            outcomes: Outcome::ALL
+                .iter()
+                .filter(|o| s.c.outcomes[o.index()] > 0)
+                .map(|o| (o.as_str(), s.c.outcomes[o.index()]))
+                .collect(),
+            network: s.net.as_ref().map(NetModel::report),
+        }
+    }
+}
+
+/// The time a record's virtual clock reading stands for (exposed for tests).
+pub fn instant(t: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0))
+}

@@ -1,0 +1,96 @@
+//! The text table.
+
+use std::fmt::Write as _;
+
+use super::{bytes, size};
+use crate::sweep::Report;
+
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let t = &r.trace;
+    let _ = writeln!(
+        o,
+        "trace {} ({}): {} records, {} replayed, {} bad lines, {} unreplayable URLs; {} URLs, {} servers, {} clients, {:.0} s of traffic",
+        t.source, t.format, t.records, t.replayed, t.skipped.bad_lines, t.unreplayable,
+        t.distinct_urls, t.servers, t.clients, t.span_s
+    );
+    for (line, text) in &t.skipped.examples {
+        let _ = writeln!(o, "  bad line {line}: {text}");
+    }
+    if let Some(e) = &t.read_error {
+        let _ = writeln!(o, "  the trace ended early: {e}");
+    }
+    let a = &r.assumptions;
+    let _ = writeln!(
+        o,
+        "assumptions: freshness {} s, '?'/cgi-bin URLs {}, cookies on {:.0}% of (client, URL) pairs",
+        a.freshness.as_secs(),
+        if a.dynamic_uncachable { "uncachable" } else { "cachable" },
+        a.cookie_fraction * 100.0
+    );
+    let _ = writeln!(
+        o,
+        "replayed in {:.2} s ({:.0} records/s through {} configurations)\n",
+        r.elapsed_s,
+        r.records_per_s,
+        r.results.len()
+    );
+    let _ = writeln!(
+        o,
+        "{:>10} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10}",
+        "cache", "policy", "hit %", "byte hit %", "origin req", "origin bytes", "evictions"
+    );
+    for c in &r.results {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>8} {:>8.2} {:>10.2} {:>10} {:>12} {:>10}",
+            size(c.cache_size),
+            c.policy,
+            c.hit_ratio * 100.0,
+            c.byte_hit_ratio * 100.0,
+            c.origin_requests,
+            bytes(c.origin_body_bytes),
+            c.evictions
+        );
+    }
+    if r.results.iter().any(|c| c.network.is_some()) {
+        let _ = writeln!(
+            o,
+            "\nlatency, seconds (mean = connect + request-response + transfer, with the proxy and without), origin bytes and connections"
+        );
+        let _ = writeln!(
+            o,
+            "{:>10} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} {:>7} {:>7} | {:>10} {:>10} {:>8} | {:>6} {:>6} {:>6} {:>6}",
+            "cache", "policy", "mean", "median", "conn", "req-rsp", "xfer", "direct", "median", "conn", "req-rsp", "xfer",
+            "origin", "direct", "savings", "peak c", "peak s", "new c%", "new s%"
+        );
+        for c in &r.results {
+            let Some(n) = &c.network else { continue };
+            let (w, d) = (&n.with_proxy, &n.without_proxy);
+            let _ = writeln!(
+                o,
+                "{:>10} {:>8} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} | {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} | {:>10} {:>10} {:>7.1}% | {:>6} {:>6} {:>6.1} {:>6.1}",
+                size(c.cache_size),
+                c.policy,
+                w.mean,
+                w.median,
+                w.mean_connect,
+                w.mean_request_response,
+                w.mean_transfer,
+                d.mean,
+                d.median,
+                d.mean_connect,
+                d.mean_request_response,
+                d.mean_transfer,
+                bytes(n.bytes_from_origins),
+                bytes(n.bytes_from_origins_without_proxy),
+                n.origin_savings * 100.0,
+                n.peak_client_connections,
+                n.peak_server_connections,
+                n.new_client_connection_share * 100.0,
+                n.new_server_connection_share * 100.0
+            );
+        }
+    }
+    o
+}

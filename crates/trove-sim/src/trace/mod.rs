@@ -1,0 +1,198 @@
+//! Trace readers: one module per format, each streaming records out of a `BufRead` one line at
+//! a time into a reused buffer (a trace is never loaded whole, and a line costs no
+//! allocation). A line that does not parse is counted and skipped, never fatal: real logs
+//! carry truncated last lines, binary junk and comments, and one bad line must not cost an
+//! operator a night's replay.
+
+pub mod clf;
+pub mod csv;
+pub mod squid;
+pub mod synthetic;
+
+use std::io::BufRead;
+
+/// One request of a trace, borrowed from the reader's line buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record<'a> {
+    /// Seconds since the Unix epoch (or since the trace's own origin of time).
+    pub time: f64,
+    /// Who asked: a client address or id (the network model keeps connections per client).
+    pub client: &'a str,
+    pub method: &'a str,
+    /// An absolute URL (`http://host/path`), or for a CSV trace the object id.
+    pub url: &'a str,
+    /// The status the log recorded.
+    pub status: u16,
+    /// Body bytes the client received (short of the object's size: an aborted transfer).
+    pub bytes: u64,
+    /// The object's full size when the format knows it (CSV, synthetic traces).
+    pub object_size: Option<u64>,
+    /// `Content-Type` as logged, or empty.
+    pub content_type: &'a str,
+}
+
+/// What a reader skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    /// Lines that did not parse.
+    pub bad_lines: u64,
+    /// The first few of them, with their line numbers, for the report.
+    pub examples: Vec<(u64, String)>,
+}
+
+impl Skipped {
+    const EXAMPLES: usize = 5;
+
+    pub(crate) fn bad(&mut self, line_no: u64, line: &[u8]) {
+        self.bad_lines += 1;
+        if self.examples.len() < Self::EXAMPLES {
+            let mut s = String::from_utf8_lossy(line).trim_end().to_string();
+            s.truncate(200);
+            self.examples.push((line_no, s));
+        }
+    }
+}
+
+/// A streaming source of records.
+pub trait TraceReader {
+    /// The next record, or `None` at the end. I/O errors end the trace and are kept for
+    /// [`TraceReader::error`].
+    fn next_record(&mut self) -> Option<Record<'_>>;
+    /// Lines skipped so far.
+    fn skipped(&self) -> &Skipped;
+    /// Bytes of input consumed so far (for the progress bar).
+    fn position(&self) -> u64;
+    /// The I/O error that ended the trace early, if any.
+    fn error(&self) -> Option<&std::io::Error> {
+        None
+    }
+}
+
+/// Trace formats, by name on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// Squid's native access.log (trove's own log is one).
+    Squid,
+    /// Common or Combined Log Format (Apache, nginx).
+    Clf,
+    /// `time id size` lines, comma- or space-separated (public CDN traces).
+    Csv,
+}
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Squid => "squid",
+            Format::Clf => "clf",
+            Format::Csv => "csv",
+        }
+    }
+
+    /// Guesses the format from the first line that is not blank or a comment.
+    pub fn detect(first: &[u8]) -> Option<Format> {
+        let line = std::str::from_utf8(first).ok()?.trim();
+        if line.contains(" [") && line.contains("] \"") {
+            return Some(Format::Clf);
+        }
+        let fields: Vec<&str> = line
+            .split(|c: char| c == ',' || c.is_ascii_whitespace())
+            .filter(|f| !f.is_empty())
+            .collect();
+        if fields.len() >= 7 && fields[3].contains('/') {
+            return Some(Format::Squid);
+        }
+        if (2..=4).contains(&fields.len()) {
+            return Some(Format::Csv);
+        }
+        None
+    }
+
+    /// A reader of this format over `input`; `host` makes CLF's origin-form paths absolute.
+    pub fn reader<'r, R: BufRead + 'r>(self, input: R, host: &str) -> Box<dyn TraceReader + 'r> {
+        match self {
+            Format::Squid => Box::new(squid::SquidReader::new(input)),
+            Format::Clf => Box::new(clf::ClfReader::new(input, host)),
+            Format::Csv => Box::new(csv::CsvReader::new(input)),
+        }
+    }
+}
+
+/// Reads lines into a reused buffer, counting bytes and line numbers; shared by the readers.
+#[derive(Debug)]
+pub(crate) struct Lines<R> {
+    input: R,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) line_no: u64,
+    pub(crate) position: u64,
+    pub(crate) error: Option<std::io::Error>,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub(crate) fn new(input: R) -> Self {
+        Lines {
+            input,
+            buf: Vec::with_capacity(512),
+            line_no: 0,
+            position: 0,
+            error: None,
+        }
+    }
+
+    /// Reads the next line (without its line ending) into `buf`; false at the end.
+    pub(crate) fn advance(&mut self) -> bool {
+        self.buf.clear();
+        match self.input.read_until(b'\n', &mut self.buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.position += n as u64;
+                self.line_no += 1;
+                while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+                    self.buf.pop();
+                }
+                true
+            }
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+}
+
+/// Whether a line carries nothing (blank or a `#` comment): skipped, not counted as bad.
+pub(crate) fn is_blank(line: &[u8]) -> bool {
+    let t = line.trim_ascii();
+    t.is_empty() || t[0] == b'#'
+}
+
+/// Splits at runs of ASCII blanks, without allocating.
+pub(crate) fn fields(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|b| *b == b' ' || *b == b'\t')
+        .filter(|f| !f.is_empty())
+}
+
+pub(crate) fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+pub(crate) fn text(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_detected_from_the_first_line() {
+        let squid = b"1700000000.123    12 127.0.0.1 TCP_MISS/200 5123 GET http://a.example/x - HIER_DIRECT/a.example text/html";
+        assert_eq!(Format::detect(squid), Some(Format::Squid));
+        let clf = b"10.0.0.1 - - [10/Oct/2000:13:55:36 -0700] \"GET /a.gif HTTP/1.0\" 200 2326";
+        assert_eq!(Format::detect(clf), Some(Format::Clf));
+        assert_eq!(Format::detect(b"1,42,1000"), Some(Format::Csv));
+        assert_eq!(Format::detect(b"1 42 1000"), Some(Format::Csv));
+        assert_eq!(Format::detect(b"what is this"), Some(Format::Csv));
+        assert_eq!(Format::detect(b"\xff\xfe"), None);
+    }
+}
