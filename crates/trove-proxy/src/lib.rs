@@ -26,6 +26,7 @@ pub mod lifecycle;
 pub mod listener;
 pub mod manage;
 pub mod metrics;
+pub mod named_cache;
 pub mod origin;
 pub mod reply;
 pub mod resolver;

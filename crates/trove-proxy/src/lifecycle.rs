@@ -16,12 +16,9 @@
 //! flight finishes under the generation it started in.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-
-use crate::state::Shared;
 
 /// How long a connection that just became idle waits before it looks at whether the proxy
 /// is stopping; after that it is told at once.
@@ -55,33 +52,5 @@ impl Lifecycle {
             return;
         }
         notified.await;
-    }
-}
-
-/// The generation after this one, once a reload made it.
-#[derive(Default)]
-pub struct Successor(OnceLock<Arc<Shared>>);
-
-impl std::fmt::Debug for Successor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Successor")
-            .field("reloaded", &self.0.get().is_some())
-            .finish()
-    }
-}
-
-impl Successor {
-    /// The newest generation after this one, if any.
-    pub fn newest(&self) -> Option<Arc<Shared>> {
-        let mut next = Arc::clone(self.0.get()?);
-        while let Some(n) = next.successor.0.get() {
-            next = Arc::clone(n);
-        }
-        Some(next)
-    }
-
-    /// Sets the generation after this one (once).
-    pub(crate) fn set(&self, next: Arc<Shared>) {
-        let _ = self.0.set(next);
     }
 }

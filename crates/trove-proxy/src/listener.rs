@@ -23,9 +23,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Weak};
-
-use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -44,21 +42,7 @@ const ACCEPT_WAKE: Duration = Duration::from_millis(250);
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_secs(1);
 
-/// The proxy's current generation, as the acceptors (and whoever else asks, like the admin
-/// listener) see it: a reload replaces it (see [`crate::lifecycle`]).
-#[derive(Debug, Default)]
-pub struct Current(RwLock<Weak<Shared>>);
-
-impl Current {
-    /// The current generation, while the proxy runs.
-    pub fn get(&self) -> Option<Arc<Shared>> {
-        self.0.read().upgrade()
-    }
-
-    fn set(&self, shared: &Arc<Shared>) {
-        *self.0.write() = Arc::downgrade(shared);
-    }
-}
+pub use crate::state::Current;
 
 /// One listening socket's acceptor, as [`Running`] controls it.
 struct AcceptorHandle {

@@ -22,7 +22,9 @@ use trove_store::hash::key_hash;
 use trove_store::invalidation::{cache_hash, tag_hash, Ban, BanError, Mode, Selector};
 use trove_store::{Body, Invalidations, Labels, Object, ObjectHead, Refused, Removal, Verdict};
 
-use crate::settings::{Mode as ListenerMode, NamedCacheRoute, TagSettings};
+use crate::metrics::InvalidationKind as Kind;
+pub use crate::named_cache::NamedCaches;
+use crate::settings::{Mode as ListenerMode, TagSettings};
 use crate::state::Shared;
 
 /// Why a call was refused: a 4xx with a stable code (see [`api::Error`]).
@@ -90,51 +92,6 @@ pub fn key_of(url: &str) -> Result<String, ManageError> {
 /// it is not given a trailing `/`).
 pub fn prefix_of(prefix: &str) -> Result<String, ManageError> {
     key_of(prefix)
-}
-
-/// The named caches of the config, matched like `[[origin]]` routes.
-#[derive(Debug, Default)]
-pub struct NamedCaches {
-    routes: Vec<(Option<String>, String, String)>,
-}
-
-impl NamedCaches {
-    pub fn new(routes: &[NamedCacheRoute]) -> NamedCaches {
-        NamedCaches {
-            routes: routes
-                .iter()
-                .map(|r| {
-                    let host = (r.host != "*").then(|| r.host.to_ascii_lowercase());
-                    let prefix = trove_http::target::normal_path(&r.path_prefix)
-                        .unwrap_or_else(|| r.path_prefix.clone());
-                    (host, prefix, r.name.clone())
-                })
-                .collect(),
-        }
-    }
-
-    /// The named cache of a URL: the longest matching prefix, an exact host before `*`.
-    pub fn select(&self, url: &Target) -> Option<&str> {
-        self.routes
-            .iter()
-            .filter(|(h, _, _)| h.as_deref().is_none_or(|h| h == url.host()))
-            .filter(|(_, p, _)| url.route_path().starts_with(p.as_str()))
-            .max_by_key(|(h, p, _)| (p.len(), h.is_some()))
-            .map(|(_, _, n)| n.as_str())
-    }
-
-    /// True when `name` is configured.
-    pub fn knows(&self, name: &str) -> bool {
-        self.routes.iter().any(|(_, _, n)| n == name)
-    }
-
-    /// Every configured name, once.
-    pub fn names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.routes.iter().map(|(_, _, n)| n.as_str()).collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
 }
 
 /// What an origin's tag fields said, within the bounds.
@@ -317,31 +274,10 @@ pub fn invalidate(
         counted(Kind::Ban);
         return Ok(ack(seq, "ban", None, None));
     }
-    unreachable!("one selector was counted")
-}
-
-/// What an invalidation selected, for the metrics (`kind` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Url,
-    Tag,
-    Cache,
-    Prefix,
-    Ban,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::Url, Kind::Tag, Kind::Cache, Kind::Prefix, Kind::Ban];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Url => "url",
-            Kind::Tag => "tag",
-            Kind::Cache => "cache",
-            Kind::Prefix => "prefix",
-            Kind::Ban => "ban",
-        }
-    }
+    // Not reached (exactly one selector was checked above), but no panic on a request.
+    Err(ManageError::BadRequest(
+        "name exactly one of url, tag, cache, prefix, ban".into(),
+    ))
 }
 
 /// A put: the DynamicWeb call. The object replaces whatever was stored for the URL.
@@ -630,7 +566,7 @@ pub fn bans(shared: &Shared, limit: usize) -> Vec<api::Ban> {
 ///
 /// It follows the generation `current` names (reloads keep the store and its rules), and
 /// ends when trove stops.
-pub fn spawn_sweeper(current: Arc<crate::listener::Current>, every: Duration) {
+pub fn spawn_sweeper(current: Arc<crate::state::Current>, every: Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

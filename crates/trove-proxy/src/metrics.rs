@@ -54,7 +54,7 @@ pub mod names {
     pub const RESOLVER_FAILURES: &str = "trove_resolver_failures_total";
     /// Names the resolver's cache holds.
     pub const RESOLVER_NAMES: &str = "trove_resolver_names";
-    /// Invalidations recorded (admin API and PURGE), by `kind` (`manage::Kind`) and
+    /// Invalidations recorded (admin API and PURGE), by `kind` (`InvalidationKind`) and
     /// `mode` (`hard`, `soft`).
     pub const INVALIDATIONS: &str = "trove_invalidations_total";
     /// Invalidation rules not yet retired by the background sweep, and of those bans.
@@ -182,6 +182,36 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
     }
 }
 
+/// What an invalidation selected, for the metrics (`kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidationKind {
+    Url,
+    Tag,
+    Cache,
+    Prefix,
+    Ban,
+}
+
+impl InvalidationKind {
+    pub const ALL: [InvalidationKind; 5] = [
+        InvalidationKind::Url,
+        InvalidationKind::Tag,
+        InvalidationKind::Cache,
+        InvalidationKind::Prefix,
+        InvalidationKind::Ban,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidationKind::Url => "url",
+            InvalidationKind::Tag => "tag",
+            InvalidationKind::Cache => "cache",
+            InvalidationKind::Prefix => "prefix",
+            InvalidationKind::Ban => "ban",
+        }
+    }
+}
+
 /// Upper bounds (seconds) of the response-time histogram buckets.
 pub const BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -273,8 +303,8 @@ pub struct Metrics {
     /// Readers detached from a body that left the store, by what became of them (as
     /// `Detached::ALL`).
     pub detached: [AtomicU64; Detached::ALL.len()],
-    /// Invalidations by kind (as `manage::Kind::ALL`) and mode: index `kind * 2 + soft`.
-    pub invalidations: [AtomicU64; 2 * crate::manage::Kind::ALL.len()],
+    /// Invalidations by kind (as `InvalidationKind::ALL`) and mode: index `kind * 2 + soft`.
+    pub invalidations: [AtomicU64; 2 * InvalidationKind::ALL.len()],
     /// Tags from origins dropped past `[tags]` bounds.
     pub tags_dropped: AtomicU64,
     /// Admin API calls by status class: 2xx, 4xx, 5xx.
@@ -375,7 +405,7 @@ impl Metrics {
             names::INVALIDATIONS
         );
         let _ = writeln!(out, "# TYPE {} counter", names::INVALIDATIONS);
-        for (i, k) in crate::manage::Kind::ALL.iter().enumerate() {
+        for (i, k) in InvalidationKind::ALL.iter().enumerate() {
             for (j, mode) in ["hard", "soft"].iter().enumerate() {
                 let _ = writeln!(
                     out,

@@ -1,9 +1,9 @@
 //! What every connection shares: settings, the store, the origin pool, metrics, the log.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use http::HeaderValue;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::Semaphore;
 use trove_cache::memo::PassMemo;
 use trove_cache::Rules;
@@ -15,7 +15,7 @@ use crate::acl::Acl;
 use crate::cache::collapse::KeyLocks;
 use crate::destination::DestinationPolicy;
 use crate::fd_limit::Freed;
-use crate::lifecycle::{Lifecycle, Successor};
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, StoreFigures};
 use crate::origin::{Pool, PoolLimits, Reachability};
 use crate::resolver::Resolver;
@@ -64,7 +64,7 @@ pub struct Shared {
     /// The last minutes of the counters, for the status page (shared by every generation).
     pub history: Arc<History>,
     /// Named caches (`[[named_cache]]`).
-    pub named_caches: crate::manage::NamedCaches,
+    pub named_caches: crate::named_cache::NamedCaches,
     /// The store's invalidation rules and tag index (`crate::manage`).
     pub invalidations: Option<Arc<trove_store::Invalidations>>,
     /// The disk tier under the memory tier (`[cache.disk]`), the same store as `store`; the
@@ -166,7 +166,7 @@ impl Shared {
         let invalidations = Some(store.invalidations().cloned().ok_or_else(|| {
             std::io::Error::other("the store keeps no invalidation log (Storage::invalidations)")
         })?);
-        let named_caches = crate::manage::NamedCaches::new(&settings.named_caches);
+        let named_caches = crate::named_cache::NamedCaches::new(&settings.named_caches);
         let limits = PoolLimits {
             max_per_origin: settings.origin_pool.max_per_origin,
             max_uploads: settings.origin_pool.uploads_per_origin(),
@@ -355,4 +355,48 @@ fn rand_seed() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0);
     h.finish()
+}
+
+/// The proxy's current generation, as the acceptors (and whoever else asks, like the admin
+/// listener) see it: a reload replaces it (see [`crate::lifecycle`]).
+#[derive(Debug, Default)]
+pub struct Current(RwLock<Weak<Shared>>);
+
+impl Current {
+    /// The current generation, while the proxy runs.
+    pub fn get(&self) -> Option<Arc<Shared>> {
+        self.0.read().upgrade()
+    }
+
+    pub(crate) fn set(&self, shared: &Arc<Shared>) {
+        *self.0.write() = Arc::downgrade(shared);
+    }
+}
+
+/// The generation after this one, once a reload made it.
+#[derive(Default)]
+pub struct Successor(OnceLock<Arc<Shared>>);
+
+impl std::fmt::Debug for Successor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Successor")
+            .field("reloaded", &self.0.get().is_some())
+            .finish()
+    }
+}
+
+impl Successor {
+    /// The newest generation after this one, if any.
+    pub fn newest(&self) -> Option<Arc<Shared>> {
+        let mut next = Arc::clone(self.0.get()?);
+        while let Some(n) = next.successor.0.get() {
+            next = Arc::clone(n);
+        }
+        Some(next)
+    }
+
+    /// Sets the generation after this one (once).
+    pub(crate) fn set(&self, next: Arc<Shared>) {
+        let _ = self.0.set(next);
+    }
 }
