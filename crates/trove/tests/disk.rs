@@ -435,8 +435,15 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
     let failed = wait_for(Duration::from_secs(10), || {
         metric(&t.admin, "trove_disk_failed") == 1.0
     });
-    let (head, b) = get(&t.proxy, &origin, 199).expect("still serving");
-    assert!(b == body_of(199) && is_hit(&head), "memory hits go on");
+    // A small object fetched twice: the second is a memory hit. (The last of the 200 may
+    // not be: at 16 KiB it is larger than its shard's small queue in a 1 MiB memory tier,
+    // so S3-FIFO can evict it as soon as it enters; that made this check flaky.)
+    let _ = get(&t.proxy, &origin, 0).expect("still serving");
+    let (head, b) = get(&t.proxy, &origin, 0).expect("still serving");
+    assert!(
+        b == body_of(0) && is_hit(&head),
+        "memory hits go on: {head}"
+    );
     drop(t);
     drop(full_fs);
     assert!(failed, "the full disk was noticed");
