@@ -146,6 +146,15 @@ impl Table {
         None
     }
 
+    /// Inserts `tag` unless it is there; true if it was inserted.
+    fn insert_absent(&mut self, tag: u32, loc: Loc) -> bool {
+        if self.find(tag).is_some() {
+            return false;
+        }
+        self.insert(tag, loc);
+        true
+    }
+
     fn grow(&mut self) {
         self.resize((self.slots.len() + self.slots.len() / 4).max(8));
     }
@@ -231,6 +240,25 @@ impl Index {
     /// Points `fp` at `loc`; returns where it was.
     pub fn insert(&self, fp: u64, loc: Loc) -> Option<Loc> {
         self.shard(fp).lock().insert(tag_of(fp), loc)
+    }
+
+    /// Recovery's insert, newest record first: points each `(fp, loc)` of `items` whose
+    /// fingerprint is not indexed yet (else a newer record of it already was), taking each
+    /// shard's lock once for a run of entries of that shard (so `items` should be grouped by
+    /// shard: see [`Index::shard_of`]). Calls `inserted(i)` for each `items[i]` inserted.
+    pub fn insert_absent(&self, items: &[(u64, Loc)], mut inserted: impl FnMut(usize)) {
+        let mut i = 0;
+        while i < items.len() {
+            let shard = Index::shard_of(items[i].0);
+            let mut t = self.shards[shard].lock();
+            while i < items.len() && Index::shard_of(items[i].0) == shard {
+                let (fp, loc) = items[i];
+                if t.insert_absent(tag_of(fp), loc) {
+                    inserted(i);
+                }
+                i += 1;
+            }
+        }
     }
 
     pub fn get(&self, fp: u64) -> Option<Loc> {
@@ -361,6 +389,23 @@ mod tests {
         for (fp, loc) in &model {
             assert_eq!(idx.get(*fp), Some(*loc));
         }
+    }
+
+    #[test]
+    fn insert_absent_keeps_what_is_there_and_reports_what_it_added() {
+        let idx = Index::default();
+        let a = Loc::new(1, 64, 10);
+        let b = Loc::new(2, 64, 10);
+        idx.insert(5, a);
+        let far = (1u64 << 63) | 9;
+        let items = [(5, b), (6, b), (6, a), (far, a)];
+        let mut added = Vec::new();
+        idx.insert_absent(&items, |i| added.push(i));
+        assert_eq!(added, [1, 3]);
+        assert_eq!(
+            (idx.get(5), idx.get(6), idx.get(far)),
+            (Some(a), Some(b), Some(a))
+        );
     }
 
     #[test]
