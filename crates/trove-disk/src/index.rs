@@ -68,6 +68,12 @@ impl Loc {
 
 const EMPTY: u32 = 0;
 
+/// A tag mixed: its home slot is this scaled to the table's size, so the order of these is
+/// the order of home slots in a table of any size.
+fn mix(tag: u32) -> u32 {
+    tag.wrapping_mul(0x9E37_79B9).rotate_left(13)
+}
+
 fn tag_of(fp: u64) -> u32 {
     match fp as u32 {
         EMPTY => 1,
@@ -100,8 +106,7 @@ impl Table {
     fn home(&self, tag: u32) -> usize {
         // Any table size (growth by a quarter keeps tables 72-90% full): the mixed tag
         // scaled to the size (Lemire's fast range), recomputable from the tag alone.
-        let mixed = tag.wrapping_mul(0x9E37_79B9).rotate_left(13) as u64;
-        ((mixed * self.slots.len() as u64) >> 32) as usize
+        ((mix(tag) as u64 * self.slots.len() as u64) >> 32) as usize
     }
 
     fn find(&self, tag: u32) -> Option<usize> {
@@ -146,12 +151,22 @@ impl Table {
         None
     }
 
-    /// Inserts `tag` unless it is there; true if it was inserted.
+    /// Inserts `tag` unless it is there; true if it was inserted. One probe run, not two
+    /// (a miss probes to the empty slot it then fills).
     fn insert_absent(&mut self, tag: u32, loc: Loc) -> bool {
-        if self.find(tag).is_some() {
-            return false;
+        if (self.len + 1) * 10 > self.slots.len() * 9 {
+            self.grow();
         }
-        self.insert(tag, loc);
+        let mut i = self.home(tag);
+        loop {
+            match self.slots[i][0] {
+                EMPTY => break,
+                t if t == tag => return false,
+                _ => i = self.next(i),
+            }
+        }
+        self.slots[i] = [tag, loc.0 as u32, (loc.0 >> 32) as u32];
+        self.len += 1;
         true
     }
 
@@ -230,6 +245,12 @@ impl Index {
                 t.resize(want);
             }
         }
+    }
+
+    /// Sorting a shard's fingerprints by this sorts them by home slot (recovery inserts
+    /// them so: a table walked forwards).
+    pub fn probe_order(fp: u64) -> u32 {
+        mix(tag_of(fp))
     }
 
     /// The shard of `fp` (recovery inserts a region's entries shard by shard).
