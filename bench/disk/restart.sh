@@ -107,13 +107,19 @@ probe_args() { # prefix
 }
 
 run_trove() {
-    local dir=$RUN/trove
+    local dir=$RUN/trove cache size
     mkdir -p "$dir"
-    log "trove: disk_bench write $OBJECTS x $BODY B"
-    taskset -c 1 "$DISK_BENCH" write "$dir/cache" "$OBJECTS" "$BODY" | tee "$RESULTS/trove-write.txt" >&2
-    local size
-    size=$(grep -o 'size = "[0-9]*MiB"' "$RESULTS/trove-write.txt" | grep -o '[0-9]*MiB')
-    du -sh "$dir/cache" | tee "$RESULTS/trove-du.txt" >&2
+    if [ -n "${TROVE_CACHE:-}" ]; then
+        # A directory disk_bench wrote earlier for these OBJECTS and BODY (kept afterwards).
+        cache=$TROVE_CACHE
+        size=$(( ((OBJECTS * (BODY + 256) * 11 / 10 > 64 << 20 ? OBJECTS * (BODY + 256) * 11 / 10 : 64 << 20) + (1 << 20) - 1) >> 20 ))MiB
+    else
+        cache=$dir/cache
+        log "trove: disk_bench write $OBJECTS x $BODY B"
+        taskset -c 1 "$DISK_BENCH" write "$cache" "$OBJECTS" "$BODY" | tee "$RESULTS/trove-write.txt" >&2
+        size=$(grep -o 'size = "[0-9]*MiB"' "$RESULTS/trove-write.txt" | grep -o '[0-9]*MiB')
+    fi
+    du -sh "$cache" | tee "$RESULTS/trove-du.txt" >&2
     cat >"$dir/trove.toml" <<CONF
 [[listener]]
 addr = "127.0.0.1:${PORT[trove]}"
@@ -123,8 +129,8 @@ listen = "127.0.0.1:$ADMIN_PORT"
 [cache]
 memory = "64MiB"
 [cache.disk]
-path = "$dir/cache"           # filled by disk_bench write
-size = "$size"                # the size disk_bench wrote it with
+path = "$cache"               # filled by disk_bench write
+size = "$((${size%MiB} + 512))MiB"   # disk_bench's size (the same regions) and 32 regions more, so no restart's new writes reclaim the oldest region (the oldest probe)
 [runtime]
 threads = 1                   # one core, as every peer
 [log]

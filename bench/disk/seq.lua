@@ -1,5 +1,5 @@
--- wrk script: GET PREFIX<n> for n = FROM, FROM+1, ... (each thread its own stride), stopping
--- the thread once n reaches TO. Fills a cache with TO-FROM distinct objects, or, with TO
+-- wrk script: GET PREFIX<n> for n = FROM, FROM+1, ... (each thread its own stride); once n
+-- reaches TO wrk exits at once (os.exit: wrk.thread:stop() would leave wrk asleep for -d). Fills a cache with TO-FROM distinct objects, or, with TO
 -- unset, makes every request a miss (a new URL each time). PREFIX, FROM, TO from the env.
 local prefix = os.getenv("PREFIX") or "/objects/"
 local from = tonumber(os.getenv("FROM") or "0")
@@ -20,6 +20,6 @@ request = function()
 end
 response = function()
    if to >= 0 and n >= to then
-      wrk.thread:stop()
+      os.exit(0)
    end
 end
