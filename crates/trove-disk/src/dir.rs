@@ -236,6 +236,22 @@ impl Dir {
         Ok(v)
     }
 
+    /// Tells the kernel `len` bytes at `offset` in `region` will be read soon
+    /// (`posix_fadvise(WILLNEED)`: it starts reading them in the background). Recovery hints
+    /// every summary before reading the first, so a cold page cache (after a reboot) is read
+    /// by the device in parallel rather than one small read at a time. Advice only: errors
+    /// are ignored.
+    pub fn will_need(&self, region: u32, offset: u64, len: u64) {
+        let (f, base) = self.regions[region as usize];
+        let len = len.min(self.region_size.saturating_sub(offset));
+        let _ = rustix::fs::fadvise(
+            &self.files[f].file,
+            base + offset,
+            std::num::NonZeroU64::new(len),
+            rustix::fs::Advice::WillNeed,
+        );
+    }
+
     /// Writes `data` at `offset` in `region`.
     pub fn write_at(&self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let (f, base) = self.regions[region as usize];
