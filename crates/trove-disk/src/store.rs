@@ -241,6 +241,11 @@ pub(crate) struct Shared {
     pub config: DiskConfig,
     /// Set once the failure was logged, so it is logged once.
     pub failure_logged: AtomicBool,
+    /// Records verified for zero-copy sends, per region (`zero_copy`).
+    pub verified: Vec<Mutex<crate::zero_copy::Verified>>,
+    /// True while bodies may be sent from the file: the file system punches holes, so a
+    /// reclaimed region's old pages stay with the sockets that reference them.
+    pub zero_copy: AtomicBool,
 }
 
 impl Shared {
@@ -304,7 +309,10 @@ impl DiskStore {
         if dir.discarded {
             tracing::warn!(paths = ?config.paths, "disk tier: an older or unmarked cache directory was discarded");
         }
+        let zero_copy = dir.can_punch();
         let shared = Arc::new(Shared {
+            verified: crate::zero_copy::verified_sets(dir.region_count()),
+            zero_copy: AtomicBool::new(zero_copy),
             seqs: (0..dir.region_count()).map(|_| AtomicU64::new(0)).collect(),
             dir,
             index: Index::default(),

@@ -525,7 +525,16 @@ impl Writer<'_> {
                 self.shared.varied.forget(e.key_hash, e.fingerprint);
             }
         }
-        self.shared.seqs[victim as usize].store(0, Ordering::Release);
+        self.shared.seqs[victim as usize].store(0, Ordering::SeqCst);
+        if self.shared.zero_copy.load(Ordering::Acquire) {
+            // After `seq` is retired, before a byte is rewritten: see `zero_copy`.
+            if let Err(e) = self.shared.dir.punch(victim) {
+                self.shared.zero_copy.store(false, Ordering::Release);
+                tracing::warn!(
+                    "disk tier: punching a hole failed ({e}); sendfile is off from now on"
+                );
+            }
+        }
         self.shared
             .stats
             .regions_reclaimed

@@ -470,3 +470,78 @@ fn persisted_invalidations_come_back_after_a_restart_in_order() {
     );
     assert!(same(read_back(&d, 1), 1));
 }
+
+/// A body of `n` bytes for the zero-copy tests.
+fn big(i: usize, n: usize) -> Object {
+    Object::new(
+        format!("http://example.com/{i}"),
+        String::new(),
+        head(&i.to_string()),
+        Body::complete(Bytes::from(
+            (0..n).map(|j| (i * 131 + j * 7) as u8).collect::<Vec<u8>>(),
+        )),
+    )
+}
+
+#[test]
+fn a_body_opened_for_sendfile_is_verified_first_and_refused_when_corrupt() {
+    let dir = tempdir("zc-flip");
+    let want = big(1, 100_000).body.complete_bytes().unwrap();
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.write(&big(1, 100_000));
+        d.write(&big(2, 100_000));
+        d.flush();
+        // Smaller than asked for: left to the ordinary read.
+        assert!(d.open_body("http://example.com/1", 200_000).is_none());
+        let found = d
+            .open_body("http://example.com/1", 64 << 10)
+            .expect("on disk");
+        assert_eq!(found.head.headers["x-tag"], "1");
+        assert_eq!(found.body.len(), 100_000);
+        assert!(found.body.intact());
+        assert_eq!(found.body.read(0, 100_000).unwrap(), want);
+        // What `file()` points at is the body itself.
+        let (fd, at) = found.body.file();
+        let mut b = vec![0u8; 100_000];
+        rustix::io::pread(fd, &mut b, at).unwrap();
+        assert!(b == want);
+    }
+    let data = dir.join("regions.dat");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let needle = &big(2, 100_000).body.complete_bytes().unwrap()[500..564];
+    let at = bytes.windows(64).rposition(|w| w == needle).unwrap();
+    bytes[at + 10] ^= 0xff;
+    std::fs::write(&data, &bytes).unwrap();
+    let d = open(config(&dir, 4 << 20));
+    assert!(
+        d.open_body("http://example.com/2", 0).is_none(),
+        "never sent"
+    );
+    assert_eq!(d.stats().corrupt, 1);
+    assert!(d.open_body("http://example.com/1", 0).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
+    let dir = tempdir("zc-reclaim");
+    let d = open(DiskConfig {
+        reclaim: Reclaim::Fifo,
+        ..config(&dir, 1 << 20)
+    });
+    d.write(&big(1, 100_000));
+    d.flush();
+    let found = d.open_body("http://example.com/1", 0).expect("on disk");
+    assert!(found.body.intact());
+    // Four regions of 256 KiB: write enough to reclaim the first.
+    for i in 10..30 {
+        d.write(&big(i, 100_000));
+        d.flush();
+    }
+    assert!(d.stats().regions_reclaimed > 0);
+    assert!(!found.body.intact(), "its region was reclaimed");
+    assert!(found.body.read(0, 100).is_err());
+    assert!(d.open_body("http://example.com/1", 0).is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}

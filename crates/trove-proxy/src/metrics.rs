@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trove_cache::resume::Detached;
-use trove_cache::{Outcome, StaleServed};
+use trove_cache::{Outcome, StaleServed, Tier};
 
 use crate::destination::Refusal;
 use crate::resolver::{self, Answered, Failure};
@@ -73,6 +73,15 @@ pub mod names {
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
+    /// Stored responses served at lookup (fresh, stale, 304s and ranges included), by the
+    /// store tier they came from (`tier`: `memory`, `disk`).
+    pub const TIER_HITS: &str = "trove_tier_hits_total";
+    /// Disk hits sent with `sendfile(2)` from the data file, and their body bytes.
+    pub const DISK_SENDFILE_HITS: &str = "trove_disk_sendfile_hits_total";
+    pub const DISK_SENDFILE_BYTES: &str = "trove_disk_sendfile_bytes_total";
+    /// Zero-copy sends cut off (connection reset) because the record's region was reclaimed
+    /// while it was being sent.
+    pub const DISK_SENDFILE_ABORTED: &str = "trove_disk_sendfile_aborted_total";
     /// The disk tier (`[cache.disk]`, see `trove_disk`).
     pub const DISK_OBJECTS: &str = "trove_disk_objects";
     pub const DISK_BYTES: &str = "trove_disk_bytes";
@@ -365,6 +374,12 @@ pub struct Metrics {
     pub stale_served: [AtomicU64; StaleServed::ALL.len()],
     /// Origin failures by upstream and reason (`origin::failures`).
     pub origin_failures: crate::origin::failures::UpstreamFailures,
+    /// Hits by tier (as `Tier::ALL`).
+    pub tier_hits: [AtomicU64; Tier::ALL.len()],
+    /// Disk hits sent by `sendfile(2)`, their body bytes, and those cut off.
+    pub sendfile_hits: AtomicU64,
+    pub sendfile_bytes: AtomicU64,
+    pub sendfile_aborted: AtomicU64,
 }
 
 /// Store figures, read when rendering.
@@ -426,6 +441,52 @@ impl Metrics {
             inc(&self.shed);
         } else if !matches!(outcome, Outcome::Denied | Outcome::Tunnel | Outcome::None) {
             self.miss_time.observe(elapsed);
+        }
+    }
+
+    /// Counts a hit served from `tier`.
+    pub fn count_tier_hit(&self, tier: Tier) {
+        inc(&self.tier_hits[tier.index()]);
+    }
+
+    /// Appends the hits by tier and the zero-copy counters (with a disk tier).
+    pub fn render_tiers(&self, out: &mut String) {
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {} Hits by the store tier that served them.",
+            names::TIER_HITS
+        );
+        let _ = writeln!(out, "# TYPE {} counter", names::TIER_HITS);
+        for t in Tier::ALL {
+            let _ = writeln!(
+                out,
+                "{}{{tier=\"{}\"}} {}",
+                names::TIER_HITS,
+                t.as_str(),
+                g(&self.tier_hits[t.index()])
+            );
+        }
+        for (name, help, v) in [
+            (
+                names::DISK_SENDFILE_HITS,
+                "Disk hits sent with sendfile from the data file.",
+                g(&self.sendfile_hits),
+            ),
+            (
+                names::DISK_SENDFILE_BYTES,
+                "Body bytes sent with sendfile.",
+                g(&self.sendfile_bytes),
+            ),
+            (
+                names::DISK_SENDFILE_ABORTED,
+                "Sendfile hits cut off because their region was reclaimed meanwhile.",
+                g(&self.sendfile_aborted),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {v}");
         }
     }
 
