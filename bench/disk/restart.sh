@@ -102,8 +102,11 @@ fill_http() { # port: OBJECTS requests for /objects/0..OBJECTS-1 through the pro
         "http://127.0.0.1:$1/" >"$RUN/fill-$1.txt"
     log "filled in $((SECONDS - t)) s: $(grep -E 'requests in|Non-2xx' "$RUN/fill-$1.txt" | tr '\n' ' ')"
 }
-probe_args() { # prefix
-    echo "--probe newest=$1$((OBJECTS - 1)) --probe middle=$1$((OBJECTS / 2)) --probe oldest=${1}0"
+probe_args() { # prefix [margin]: the newest, a middle and the oldest object, `margin` in from
+    # each end (a fill through HTTP ends with wrk's last requests in flight, never stored, and
+    # a run on 2026-11-23 found nginx without /objects/0 too)
+    local m=${2:-0}
+    echo "--probe newest=$1$((OBJECTS - 1 - m)) --probe middle=$1$((OBJECTS / 2)) --probe oldest=$1$m"
 }
 
 run_trove() {
@@ -189,7 +192,7 @@ CONF
     du -sh "$dir/cache" | tee "$RESULTS/nginx-du.txt" >&2
     start_origin 0
     python3 "$HERE/restart.py" --name "nginx-$OBJECTS" --proxy "127.0.0.1:${PORT[nginx]}" \
-        --miss "/miss/{n}" $(probe_args /objects/) \
+        --miss "/miss/{n}" $(probe_args /objects/ 200) \
         --ready-cmd "! pgrep -P \$(cat $dir/nginx.pid 2>/dev/null || echo 1) -f 'cache loader' >/dev/null" \
         --rounds "$ROUNDS" --log "$dir/restart.log" -- taskset -c 1 nginx -c "$dir/nginx.conf" \
         | tee -a "$RESULTS/rounds.jsonl"
@@ -251,7 +254,7 @@ EOF
     start_origin 0
     # Each round: steady, then 70 s more so the directory was synced after the last restart.
     python3 "$HERE/restart.py" --name "ats-$OBJECTS" --proxy "127.0.0.1:${PORT[ats]}" \
-        --miss "/miss/{n}" $(probe_args /objects/) --settle 70 \
+        --miss "/miss/{n}" $(probe_args /objects/ 200) --settle 70 \
         --rounds "$ROUNDS" --log "$dir/restart.log" -- taskset -c 1 traffic_server --run-root="$dir/runroot.yaml" \
         | tee -a "$RESULTS/rounds.jsonl"
     rm -rf "$dir"
