@@ -7,8 +7,9 @@
 #           can answer them); probes: the newest, a middle and the oldest object; ready = the
 #           whole index is back (trove_disk_ready 1).
 #   nginx   reverse proxy_cache filled through HTTP (wrk, bench/disk/seq.lua) from the origin,
-#           which then answers /objects/ with 404, so a 200 is a hit; ready = its cache loader
-#           process has exited.
+#           which then answers /objects/ with 404, so a 200 is a hit; ready = no cache loader
+#           process (nginx starts it 60 s after the start, so right after a restart this passes
+#           before loading began: read nginx's `ready` as meaningless; steady waits it out).
 #   ats     Traffic Server, raw cache file, filled the same way; killed only after its
 #           directory sync (every 60 s by default, waited out).
 #
