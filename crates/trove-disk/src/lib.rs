@@ -13,6 +13,8 @@
 //! |---|---|
 //! | `format` | the bytes: region header, record, summary, footer; magic, version, XXH3 |
 //! | `meta` | a stored head as a record's meta bytes |
+//! | `labels` | an object's tags, named cache and invalidation stamps as a record's labels |
+//! | `journal` | the invalidation rule log, durable before an invalidation is acknowledged |
 //! | `dir` | the cache directories: lock, format marker, region files, `pread`/`pwrite` |
 //! | `index` | fingerprint → packed location, 12 B per entry, sharded |
 //! | `writer` | the writer thread: batches, regions, sealing, reclamation, sync |
@@ -30,6 +32,8 @@
 mod dir;
 mod format;
 mod index;
+pub mod journal;
+mod labels;
 mod meta;
 mod reader;
 mod recovery;
@@ -41,4 +45,4 @@ pub use dir::OpenError;
 pub use format::VERSION as FORMAT_VERSION;
 pub use reader::BodyStream;
 pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
-pub use tier::{Fill, Tiered, WHOLE_LIMIT};
+pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};

@@ -123,7 +123,7 @@ fn whole_record_at(b: &Bytes, at: usize, seq: u64, size: u64) -> bool {
 /// removals is inserted shard by shard (a stable sort keeps the order of any two entries of
 /// one fingerprint, which share a shard): at millions of entries that order is what keeps
 /// recovery from waiting on cache misses.
-pub(crate) fn apply(shared: &Shared, r: u32, seq: u64, entries: &[SummaryEntry]) {
+pub(crate) fn apply(shared: &Shared, r: u32, _seq: u64, entries: &[SummaryEntry]) {
     let mut run: Vec<&SummaryEntry> = Vec::new();
     for e in entries {
         if e.kind == Kind::Object {
@@ -140,18 +140,6 @@ pub(crate) fn apply(shared: &Shared, r: u32, seq: u64, entries: &[SummaryEntry])
                     all: e.flags & FLAG_ALL_VARIANTS != 0,
                 },
             ),
-            Kind::Invalidation => {
-                let mut b = BytesMut::zeroed(e.len as usize);
-                if let Ok(n) = shared.dir.read_at(r, e.offset as u64, &mut b) {
-                    b.truncate(n);
-                    match Record::decode(&b.freeze(), seq) {
-                        Ok(rec) => shared.invalidations.lock().push(rec.body),
-                        Err(_) => {
-                            shared.stats.corrupt.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }
             Kind::Object => {}
         }
     }
@@ -173,6 +161,55 @@ fn insert_run(shared: &Shared, r: u32, run: &mut Vec<&SummaryEntry>) {
         .recovered_objects
         .fetch_add(run.len() as u64, Ordering::Relaxed);
     run.clear();
+}
+
+/// The objects of region `r` (use `seq`) that the index still points at and that the
+/// rule log kills or marks stale: their keys and variants (see `DiskStore::pass`).
+pub(crate) fn judge_region(
+    shared: &Shared,
+    r: u32,
+    seq: u64,
+    inv: &trove_store::Invalidations,
+) -> std::io::Result<Vec<(String, String)>> {
+    let size = shared.dir.region_size();
+    let mut buf = BytesMut::zeroed(size as usize);
+    let n = shared.dir.read_at(r, 0, &mut buf)?;
+    buf.truncate(n);
+    let b: Bytes = buf.freeze();
+    // Reused since the caller looked: its records are newer than the pass.
+    if shared.seqs[r as usize].load(Ordering::Acquire) != seq {
+        return Ok(Vec::new());
+    }
+    let entries = match summary(shared, r, seq) {
+        Some(e) => e,
+        None => scan(shared, r, seq)?.0,
+    };
+    let floor = shared.disk_checked.load(Ordering::Acquire);
+    let mut out = Vec::new();
+    for e in entries.iter().filter(|e| e.kind == Kind::Object) {
+        let loc = Loc::new(r, e.offset as u64, e.len as u64);
+        if !shared
+            .index
+            .get(e.fingerprint)
+            .is_some_and(|cur| cur.same_place(loc))
+        {
+            continue;
+        }
+        let (start, end) = (e.offset as usize, e.offset as usize + e.len as usize);
+        let Some(rec) = b
+            .get(start..end)
+            .and_then(|_| Record::decode(&b.slice(start..end), seq).ok())
+        else {
+            continue; // Read verifies it again and drops it if it is corrupt.
+        };
+        let Some(obj) = crate::store::object_of(&rec, floor) else {
+            continue;
+        };
+        if inv.verdict(&obj) != trove_store::Verdict::Alive {
+            out.push((rec.key, rec.variant));
+        }
+    }
+    Ok(out)
 }
 
 /// Rebuilds the index from the regions (see the module docs).

@@ -93,6 +93,14 @@ pub mod names {
     pub const DISK_READY: &str = "trove_disk_ready";
     /// 1 when the disk tier failed (or could not be opened) and trove is memory-only.
     pub const DISK_FAILED: &str = "trove_disk_failed";
+    /// The invalidation journal (`trove_disk::journal`): `fdatasync`s that acknowledgements
+    /// waited for, the time they took, and the file's size.
+    pub const DISK_JOURNAL_SYNCS: &str = "trove_disk_journal_syncs_total";
+    pub const DISK_JOURNAL_SYNC_SECONDS: &str = "trove_disk_journal_sync_seconds_total";
+    pub const DISK_JOURNAL_BYTES: &str = "trove_disk_journal_bytes";
+    /// Invalidation passes over the disk (`DiskStore::pass`) and the objects they removed.
+    pub const DISK_PASSES: &str = "trove_disk_invalidation_passes_total";
+    pub const DISK_PASS_REMOVED: &str = "trove_disk_invalidation_pass_removed_total";
 }
 
 /// Appends the disk tier's metrics; `None` when it could not be opened at all.
@@ -180,6 +188,45 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
         );
     }
+    render_journal(out, &d);
+}
+
+/// The invalidation journal's and the disk passes' figures.
+fn render_journal(out: &mut String, d: &trove_disk::DiskStats) {
+    let counters: [(&str, &str, f64); 4] = [
+        (
+            names::DISK_JOURNAL_SYNCS,
+            "Invalidation journal syncs acknowledgements waited for.",
+            d.journal_syncs as f64,
+        ),
+        (
+            names::DISK_JOURNAL_SYNC_SECONDS,
+            "Time those syncs took.",
+            d.journal_sync_nanos as f64 / 1e9,
+        ),
+        (
+            names::DISK_PASSES,
+            "Invalidation passes over the disk completed.",
+            d.passes as f64,
+        ),
+        (
+            names::DISK_PASS_REMOVED,
+            "Objects invalidation passes removed from the disk.",
+            d.pass_removed as f64,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
+    let name = names::DISK_JOURNAL_BYTES;
+    let _ = writeln!(
+        out,
+        "# HELP {name} Bytes of the invalidation journal.\n# TYPE {name} gauge\n{name} {}",
+        d.journal_bytes
+    );
 }
 
 /// What an invalidation selected, for the metrics (`kind` label).

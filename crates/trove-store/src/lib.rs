@@ -31,7 +31,7 @@ pub mod storage;
 
 pub use body::{Body, BodyError, BodyReader, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
-pub use invalidation::{Invalidations, Labels, Verdict};
+pub use invalidation::{Invalidations, Journal, Labels, Verdict};
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};
 pub use storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};

@@ -275,7 +275,7 @@ fn kill_9_under_load_then_restart_serves_every_object_byte_for_byte() {
     let data = disk.join("regions.dat");
     let len = std::fs::metadata(&data).unwrap().len();
     let region = 256 * 1024;
-    let cut = if len % region == 0 {
+    let cut = if len.is_multiple_of(region) {
         len - region / 2
     } else {
         len - 100
