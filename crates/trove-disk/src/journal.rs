@@ -9,9 +9,10 @@
 //! it covers, however old; and an acknowledgement waits for an `fdatasync` of a few
 //! hundred bytes, not of a region's batch.
 //!
-//! - **Durable before the acknowledgement.** A rule is appended (`write`) as it is made;
-//!   the caller acknowledging it waits in [`Journal::sync_through`] for an `fdatasync`
-//!   (concurrent waiters share one: group commit). Puts' rules are appended but not waited
+//! - **Durable before the acknowledgement.** A rule is copied into a buffer as it is made
+//!   (under the rule log's lock: no I/O there); the caller acknowledging it waits in
+//!   `Journal::sync_through`, which writes the buffer and `fdatasync`s (concurrent waiters
+//!   share one: group commit). Puts' rules are appended but not waited
 //!   for (they are synced with the data, at the disk tier's `sync_interval`).
 //! - **Sequence numbers never go back.** Objects are stamped with the sequence number
 //!   current when their request was sent; after a restart, new rules must be numbered
@@ -81,7 +82,12 @@ pub enum JournalError {
 
 struct Inner {
     file: Arc<File>,
+    /// The file's length once `pending` is written.
     len: u64,
+    /// Records appended but not written yet: a rule is appended under the rule log's lock,
+    /// so it costs a copy there, and the `pwrite` happens with the sync, outside that lock
+    /// (a write into a page under writeback can wait milliseconds).
+    pending: Vec<u8>,
     /// Records in the file (rules and reservations), to decide when compaction pays.
     records: u64,
 }
@@ -346,6 +352,7 @@ impl RuleJournal {
                 inner: Mutex::new(Inner {
                     file: Arc::new(file),
                     len,
+                    pending: Vec::new(),
                     records,
                 }),
                 appended: AtomicU64::new(top),
@@ -378,13 +385,37 @@ impl RuleJournal {
         }
     }
 
-    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+    /// Queues `bytes` (one record) to be written by the next flush.
+    fn push(&self, bytes: &[u8]) {
         let mut inner = self.inner.lock();
-        let at = inner.len;
-        inner.file.write_all_at(bytes, at)?;
+        inner.pending.extend_from_slice(bytes);
         inner.len += bytes.len() as u64;
         inner.records += 1;
-        Ok(())
+    }
+
+    /// Writes what is pending and syncs the file; returns the newest rule now durable.
+    /// Called with `sync_lock` held, so flushes go down one at a time, in order.
+    fn flush(&self, _one: &parking_lot::MutexGuard<'_, ()>) -> std::io::Result<u64> {
+        let (buf, at, file, target) = {
+            let mut inner = self.inner.lock();
+            let buf = std::mem::take(&mut inner.pending);
+            let at = inner.len - buf.len() as u64;
+            (
+                buf,
+                at,
+                Arc::clone(&inner.file),
+                self.appended.load(Ordering::Acquire),
+            )
+        };
+        let started = std::time::Instant::now();
+        if !buf.is_empty() {
+            file.write_all_at(&buf, at)?;
+        }
+        file.sync_data()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(target)
     }
 
     /// Syncs rules appended but not waited for (puts'), with the data's periodic sync.
@@ -410,17 +441,24 @@ impl RuleJournal {
     }
 }
 
+impl Drop for RuleJournal {
+    /// A clean stop writes what is pending (the disk tier's writer synced it already, or
+    /// it is a put's rule within the crash bound).
+    fn drop(&mut self) {
+        let one = self.sync_lock.lock();
+        if !self.has_failed() {
+            let _ = self.flush(&one);
+        }
+    }
+}
+
 impl trove_store::Journal for RuleJournal {
     fn append(&self, rule: &Rule) {
         if self.has_failed() {
             return;
         }
-        match self.write(&record(KIND_RULE, rule.seq, Some(rule))) {
-            Ok(()) => {
-                self.appended.fetch_max(rule.seq, Ordering::AcqRel);
-            }
-            Err(e) => self.fail("appending a rule", &e),
-        }
+        self.push(&record(KIND_RULE, rule.seq, Some(rule)));
+        self.appended.fetch_max(rule.seq, Ordering::AcqRel);
     }
 
     fn reserve(&self, upto: u64) -> std::io::Result<()> {
@@ -429,16 +467,19 @@ impl trove_store::Journal for RuleJournal {
                 "the invalidation journal failed earlier",
             ));
         }
-        let r = self
-            .write(&record(KIND_RESERVE, upto, None))
-            .and_then(|()| {
-                let file = Arc::clone(&self.inner.lock().file);
-                file.sync_data()
-            });
-        if let Err(e) = &r {
-            self.fail("reserving sequence numbers", e);
+        let one = self.sync_lock.lock();
+        self.push(&record(KIND_RESERVE, upto, None));
+        let r = self.flush(&one);
+        match r {
+            Ok(target) => {
+                self.synced.fetch_max(target, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e) => {
+                self.fail("reserving sequence numbers", &e);
+                Err(e)
+            }
         }
-        r
     }
 
     fn sync_through(&self, seq: u64) -> std::io::Result<()> {
@@ -449,31 +490,21 @@ impl trove_store::Journal for RuleJournal {
         if self.synced.load(Ordering::Acquire) >= seq {
             return Ok(());
         }
-        let _one = self.sync_lock.lock();
+        let one = self.sync_lock.lock();
         if self.synced.load(Ordering::Acquire) >= seq {
             return Ok(());
         }
         // Everything appended so far goes down with this sync: later callers share it.
-        let (target, file) = {
-            let inner = self.inner.lock();
-            (
-                self.appended.load(Ordering::Acquire),
-                Arc::clone(&inner.file),
-            )
-        };
-        let started = std::time::Instant::now();
-        if let Err(e) = file.sync_data() {
-            self.fail("syncing", &e);
-            return Err(e);
+        match self.flush(&one) {
+            Ok(target) => {
+                self.synced.fetch_max(target, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e) => {
+                self.fail("writing and syncing", &e);
+                Err(e)
+            }
         }
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.sync_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.synced.fetch_max(target, Ordering::AcqRel);
-        if self.has_failed() {
-            return Err(failed());
-        }
-        Ok(())
     }
 
     fn compact(&self, state: &Snapshot) -> std::io::Result<()> {
@@ -482,6 +513,8 @@ impl trove_store::Journal for RuleJournal {
                 "the invalidation journal failed earlier",
             ));
         }
+        // No flush in flight meanwhile (it would write into the file being replaced).
+        let _one = self.sync_lock.lock();
         let mut inner = self.inner.lock();
         // Not worth a rewrite until most of the file is retired rules.
         if inner.records < 2 * state.rules.len() as u64 + 1024 {
@@ -512,6 +545,9 @@ impl trove_store::Journal for RuleJournal {
         })();
         match r {
             Ok((f, len)) => {
+                // The pending records' rules are in `state` (appended under the rule log's
+                // lock, which the caller holds): written with it.
+                inner.pending.clear();
                 inner.file = Arc::new(f);
                 inner.len = len;
                 inner.records = state.rules.len() as u64;

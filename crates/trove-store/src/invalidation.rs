@@ -345,10 +345,10 @@ impl Ban {
 /// Where the rule log is made durable (a disk tier's journal, `trove_disk`): an
 /// acknowledged invalidation must survive a crash as long as objects it covers do.
 ///
-/// Calls come in sequence order under the log's lock, so they must be quick (a `write`,
-/// no `fsync`), except [`Journal::reserve`], which is rare and durable.
+/// Calls come in sequence order under the log's lock, so they must be quick (no I/O: a
+/// copy into a buffer), except [`Journal::reserve`], which is rare and durable.
 pub trait Journal: Send + Sync {
-    /// Appends `rule` (not yet durable). Errors are kept and reported by
+    /// Appends `rule` (not yet written or durable). Errors are kept and reported by
     /// [`Journal::sync_through`].
     fn append(&self, rule: &Rule);
     /// Makes durable that no sequence number up to `upto` will be handed out again after
@@ -603,7 +603,8 @@ impl Invalidations {
     }
 
     /// Records an invalidation; returns its sequence number. Constant time (with a
-    /// journal, one `write` too; see [`Invalidations::durable`] for the acknowledgement).
+    /// journal, a copy into its buffer too; see [`Invalidations::durable`] for the
+    /// acknowledgement).
     pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let mut log = self.log.write();
         let seq = log.next;
