@@ -72,7 +72,7 @@ fn read(shared: &Shared, loc: Loc, at: u64, n: u64) -> std::io::Result<Bytes> {
 
 /// Every record on disk has been checked against the rules up to this one (the last
 /// complete disk pass; see `Tiered::scan`).
-fn checked_floor(shared: &Shared) -> u64 {
+pub(crate) fn checked_floor(shared: &Shared) -> u64 {
     shared.disk_checked.load(Ordering::Acquire)
 }
 

@@ -160,7 +160,11 @@ fn origin() -> (String, Arc<AtomicUsize>) {
                         .split_once("://")
                         .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
                         .unwrap_or(target);
-                    let body = format!("{path} answer #{n}");
+                    let mut body = format!("{path} answer #{n}");
+                    if path.contains("big") {
+                        // Past `sendfile_min` (64 KiB): read back from disk by sendfile.
+                        body.push_str(&".".repeat(100_000));
+                    }
                     let tag = if path.starts_with("/t/red") {
                         "surrogate-key: red\r\n"
                     } else if path.starts_with("/t/blue") {
@@ -252,10 +256,11 @@ fn disk_config(disk: &Path, token: &str) -> String {
 }
 
 /// Issue 9: "once the API acknowledges an invalidation, no client gets an old copy — in
-/// memory or on disk … after a crash and restart". Five objects are invalidated, one by
-/// each kind of rule, and acknowledged; trove is killed at once (SIGKILL) and restarted
-/// on the same directory: each of the five is fetched anew, and the five objects next to
-/// them, which no rule covers, are still hits from disk with the same bytes.
+/// memory or on disk … after a crash and restart". Objects are invalidated by each kind of
+/// rule (a tag's covering a large one, which a disk hit sends by `sendfile`), and
+/// acknowledged; trove is killed at once (SIGKILL) and restarted on the same directory:
+/// each invalidated object is fetched anew, and the objects next to them, which no rule
+/// covers, are still hits from disk with the same bytes.
 #[test]
 fn acknowledged_invalidations_survive_kill_9() {
     let (dir, _clean) = temp_dir("kill9");
@@ -269,6 +274,8 @@ fn acknowledged_invalidations_survive_kill_9() {
         ("/u/kept", false),
         ("/t/red-1", true),
         ("/t/blue-1", false),
+        ("/t/red-big", true),
+        ("/t/blue-big", false),
         ("/c/gone", true),
         ("/d/kept", false),
         ("/p/a/gone", true),
@@ -333,8 +340,8 @@ fn acknowledged_invalidations_survive_kill_9() {
     }
     assert_eq!(
         count.load(Ordering::SeqCst) - fetched,
-        5,
-        "exactly the five invalidated objects were fetched again"
+        6,
+        "exactly the six invalidated objects were fetched again"
     );
 }
 
