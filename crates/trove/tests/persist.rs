@@ -5,185 +5,47 @@
 //! the admin API's token, socket and put limit follow a reload, and with no token
 //! configured one is generated where `trove` subcommands find it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// A `trove serve` child; its stderr lines are collected as they come.
-struct Trove {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    config: PathBuf,
-}
-
-impl Drop for Trove {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Removes a test's directory when the test ends (declared before the processes using it).
-struct Clean(PathBuf);
-
-impl Drop for Clean {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(name: &str) -> (PathBuf, Clean) {
-    let d = std::env::temp_dir().join(format!("trove-persist-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    (d.clone(), Clean(d))
-}
-
-fn trove() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trove"))
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
-
-impl Trove {
-    /// Starts trove with `config` written to `dir/trove.toml`; `Err(stderr)` if it exited
-    /// before listening.
-    fn try_start(dir: &Path, config: &str) -> Result<Trove, String> {
-        let path = dir.join("trove.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut child = trove()
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let l = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                l.lock().unwrap().push(line);
-            }
-        });
-        let mut t = Trove {
-            child,
-            lines,
-            config: path,
-        };
-        let up = wait_for(Duration::from_secs(20), || {
-            t.line("listening forward ").is_some() && t.line("admin listening ").is_some()
-                || matches!(t.child.try_wait(), Ok(Some(_)))
-        });
-        if !up || t.line("admin listening ").is_none() {
-            let _ = t.child.kill();
-            let _ = t.child.wait();
-            // The reader thread may still be collecting the last lines.
-            std::thread::sleep(Duration::from_millis(100));
-            return Err(t.lines().join("\n"));
-        }
-        Ok(t)
-    }
-
-    fn start(dir: &Path, config: &str) -> Trove {
-        Trove::try_start(dir, config).unwrap_or_else(|e| panic!("trove did not start: {e}"))
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// The rest of the first stderr line starting with `prefix`.
-    fn line(&self, prefix: &str) -> Option<String> {
-        self.lines()
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(prefix).map(str::to_string))
-    }
-
-    fn proxy(&self) -> String {
-        self.line("listening forward ").unwrap()
-    }
-
-    /// The admin listener's TCP address (printed before the socket's line).
-    fn admin(&self) -> String {
-        self.line("admin listening ").unwrap()
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
-}
+use common::{metric, origin_with, target_of, trove, wait_for, TempDir, Trove};
 
 /// An origin serving every path with a cacheable body naming the path and how many
 /// requests it had answered (so a refetch is told from a stored copy); `/t/red…` is tagged
 /// `red`, `/t/blue…` `blue`.
 fn origin() -> (String, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let c = c.clone();
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                loop {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut tmp) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                        }
-                    }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    buf.drain(..end + 4);
-                    let n = c.fetch_add(1, Ordering::SeqCst);
-                    let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    let path = target
-                        .split_once("://")
-                        .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
-                        .unwrap_or(target);
-                    let mut body = format!("{path} answer #{n}");
-                    if path.contains("big") {
-                        // Past `sendfile_min` (64 KiB): read back from disk by sendfile.
-                        body.push_str(&".".repeat(100_000));
-                    }
-                    let tag = if path.starts_with("/t/red") {
-                        "surrogate-key: red\r\n"
-                    } else if path.starts_with("/t/blue") {
-                        "surrogate-key: blue\r\n"
-                    } else {
-                        ""
-                    };
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncache-control: max-age=3600\r\n{tag}content-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if s.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+    let answered = Arc::new(AtomicUsize::new(0));
+    origin_with(move |head| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        let target = target_of(head);
+        let path = target
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or(target);
+        let mut body = format!("{path} answer #{n}");
+        if path.contains("big") {
+            // Past `sendfile_min` (64 KiB): read back from disk by sendfile.
+            body.push_str(&".".repeat(100_000));
         }
-    });
-    (addr, count)
+        let tag = if path.starts_with("/t/red") {
+            "surrogate-key: red\r\n"
+        } else if path.starts_with("/t/blue") {
+            "surrogate-key: blue\r\n"
+        } else {
+            ""
+        };
+        format!(
+            "HTTP/1.1 200 OK\r\ncache-control: max-age=3600\r\n{tag}content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    })
 }
 
 /// GET `url` through the proxy: `(head, body)`.
@@ -232,18 +94,6 @@ fn api(admin: &str, token: Option<&str>, method: &str, path: &str, body: &str) -
     (status, body.to_string())
 }
 
-fn metric(admin: &str, name: &str) -> f64 {
-    let Ok(mut s) = TcpStream::connect(admin) else {
-        return -1.0;
-    };
-    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
 fn disk_config(disk: &Path, token: &str) -> String {
     format!(
         "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n\
@@ -263,7 +113,7 @@ fn disk_config(disk: &Path, token: &str) -> String {
 /// covers, are still hits from disk with the same bytes.
 #[test]
 fn acknowledged_invalidations_survive_kill_9() {
-    let (dir, _clean) = temp_dir("kill9");
+    let dir = TempDir::new("persist-kill9");
     let disk = dir.join("cache");
     let (origin, count) = origin();
     let config = disk_config(&disk, "s3cret");
@@ -352,7 +202,7 @@ fn acknowledged_invalidations_survive_kill_9() {
 /// version makes trove refuse to start, naming both versions.
 #[test]
 fn an_older_cache_directory_is_discarded_and_a_newer_one_refused() {
-    let (dir, _clean) = temp_dir("formats");
+    let dir = TempDir::new("persist-formats");
     let disk = dir.join("cache");
     std::fs::create_dir_all(&disk).unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/disk-v1");
@@ -401,7 +251,7 @@ fn an_older_cache_directory_is_discarded_and_a_newer_one_refused() {
 /// subcommands read it. `[admin] token`, `socket` and `max_put_body` follow a reload.
 #[test]
 fn the_admin_token_socket_and_put_limit_are_reloaded_and_a_token_is_made_when_none_is_set() {
-    let (dir, _clean) = temp_dir("token");
+    let dir = TempDir::new("persist-token");
     let base = "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
     let sock1 = dir.join("one.sock");
     let sock2 = dir.join("two.sock");
