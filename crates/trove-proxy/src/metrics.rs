@@ -111,8 +111,8 @@ pub mod names {
     pub const DISK_WRITES_LATE: &str = "trove_disk_writes_late_total";
     pub const DISK_WRITE_DELAY_MAX: &str = "trove_disk_write_delay_max_seconds";
     pub const DISK_QUEUE_LIMIT: &str = "trove_disk_queue_limit_bytes";
-    /// The invalidation journal (`trove_disk::journal`): `fdatasync`s that acknowledgements
-    /// waited for, the time they took, and the file's size.
+    /// The invalidation journal (`trove_disk::journal`): its write-and-`fdatasync`s (what
+    /// acknowledgements wait for), the time they took, and the file's size.
     pub const DISK_JOURNAL_SYNCS: &str = "trove_disk_journal_syncs_total";
     pub const DISK_JOURNAL_SYNC_SECONDS: &str = "trove_disk_journal_sync_seconds_total";
     pub const DISK_JOURNAL_BYTES: &str = "trove_disk_journal_bytes";
@@ -215,7 +215,7 @@ fn render_journal(out: &mut String, d: &trove_disk::DiskStats) {
     let counters: [(&str, &str, f64); 4] = [
         (
             names::DISK_JOURNAL_SYNCS,
-            "Invalidation journal syncs acknowledgements waited for.",
+            "Invalidation journal write-and-syncs (acknowledgements share them; reservations and puts' rules too).",
             d.journal_syncs as f64,
         ),
         (
