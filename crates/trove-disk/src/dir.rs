@@ -239,6 +239,22 @@ impl Dir {
         Ok(v)
     }
 
+    /// Tells the kernel `len` bytes at `offset` in `region` will be read soon
+    /// (`posix_fadvise(WILLNEED)`: it starts reading them in the background). Recovery hints
+    /// every summary before reading the first, so a cold page cache (after a reboot) is read
+    /// by the device in parallel rather than one small read at a time. Advice only: errors
+    /// are ignored.
+    pub fn will_need(&self, region: u32, offset: u64, len: u64) {
+        let (f, base) = self.regions[region as usize];
+        let len = len.min(self.region_size.saturating_sub(offset));
+        let _ = rustix::fs::fadvise(
+            &self.files[f].file,
+            base + offset,
+            std::num::NonZeroU64::new(len),
+            rustix::fs::Advice::WillNeed,
+        );
+    }
+
     /// The data file holding `region`, and the region's offset in it (for `sendfile`).
     pub fn file_at(&self, region: u32) -> (std::os::fd::BorrowedFd<'_>, u64) {
         use std::os::fd::AsFd;

@@ -102,6 +102,15 @@ pub mod names {
     pub const DISK_READY: &str = "trove_disk_ready";
     /// 1 when the disk tier failed (or could not be opened) and trove is memory-only.
     pub const DISK_FAILED: &str = "trove_disk_failed";
+    /// The crash bound (`[cache.disk] sync_interval`, see `trove_disk`'s writer): objects the
+    /// write queue took (acknowledged), objects shed because the writer would not have reached
+    /// them within the bound, acknowledged objects that still reached the file late, the longest
+    /// acknowledgement-to-file delay seen, and the bytes the queue admits now.
+    pub const DISK_WRITES_QUEUED: &str = "trove_disk_writes_queued_total";
+    pub const DISK_WRITES_SHED: &str = "trove_disk_writes_shed_total";
+    pub const DISK_WRITES_LATE: &str = "trove_disk_writes_late_total";
+    pub const DISK_WRITE_DELAY_MAX: &str = "trove_disk_write_delay_max_seconds";
+    pub const DISK_QUEUE_LIMIT: &str = "trove_disk_queue_limit_bytes";
 }
 
 /// Appends the disk tier's metrics; `None` when it could not be opened at all.
@@ -188,6 +197,49 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
             out,
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
         );
+    }
+    render_disk_bound(out, &d);
+}
+
+/// The crash bound's measurements (see `names::DISK_WRITES_QUEUED`).
+fn render_disk_bound(out: &mut String, d: &trove_disk::DiskStats) {
+    let counters: [(&str, &str, u64); 3] = [
+        (
+            names::DISK_WRITES_QUEUED,
+            "Objects taken into the disk write queue (acknowledged: kept across a kill -9 once sync_interval has passed).",
+            d.writes_queued,
+        ),
+        (
+            names::DISK_WRITES_SHED,
+            "Objects not written because the writer would not have reached them within sync_interval.",
+            d.writes_shed,
+        ),
+        (
+            names::DISK_WRITES_LATE,
+            "Acknowledged objects that reached the file later than sync_interval after acknowledgement.",
+            d.writes_late,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
+    let gauges: [(&str, &str, f64); 2] = [
+        (
+            names::DISK_WRITE_DELAY_MAX,
+            "The longest time from an object's acknowledgement to its write to the file.",
+            d.write_delay_max_micros as f64 / 1e6,
+        ),
+        (
+            names::DISK_QUEUE_LIMIT,
+            "Bytes the disk write queue admits now (what the writer drains in half of sync_interval).",
+            d.queue_limit as f64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
 }
 

@@ -128,8 +128,9 @@ pub struct DiskSettings {
     /// Bytes of disk over all paths; a unit is required (`"10GiB"`).
     #[serde(deserialize_with = "de_size")]
     pub size: u64,
-    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
-    /// loss can take (a `kill -9` takes only what was still queued). Default 1s.
+    /// The crash bound (see `trove_disk`'s writer): a `kill -9` loses at most the objects
+    /// acknowledged (taken into the disk write queue) in the last `sync_interval`, a power
+    /// loss the last two; the queue sheds what the writer would not reach in time. Default 1s.
     #[serde(
         default = "DiskSettings::default_sync",
         deserialize_with = "de_duration"
