@@ -291,7 +291,8 @@ fn open(
     if h.kind != Kind::Object || h.fingerprint != fp || h.variant_len != 0 {
         return Ok(None);
     }
-    if h.body_len < min_len {
+    // Never an empty body: the head goes out with `MSG_MORE`, and only body bytes push it.
+    if h.body_len < min_len.max(1) {
         return Ok(None);
     }
     let head_len = RECORD_HEADER_LEN as u64 + h.key_len as u64;
