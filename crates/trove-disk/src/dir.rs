@@ -36,6 +36,12 @@ pub enum OpenError {
          run a newer trove, or empty the directory to start afresh"
     )]
     NewerFormat { path: PathBuf, found: u16 },
+    /// The invalidation journal was written by a newer trove.
+    #[error(
+        "cache directory {path}: its invalidation journal has version {found}, newer than this trove's: \
+         run a newer trove, or empty the directory to start afresh"
+    )]
+    NewerJournal { path: PathBuf, found: u16 },
     /// The directory can't be created, read or written.
     #[error("cache directory {path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
@@ -182,6 +188,16 @@ impl Dir {
             region_size,
             discarded,
         })
+    }
+
+    /// Empties every data file (the index is empty then): used when the invalidation
+    /// journal can't be trusted, so no object it may have covered comes back.
+    pub fn wipe(&self) -> std::io::Result<()> {
+        for f in &self.files {
+            f.file.set_len(0)?;
+            f.file.sync_all()?;
+        }
+        Ok(())
     }
 
     pub fn region_count(&self) -> u32 {

@@ -296,7 +296,9 @@ fn open(
         return Ok(None);
     }
     let head_len = RECORD_HEADER_LEN as u64 + h.key_len as u64;
-    let meta_end = head_len + h.meta_len as u64;
+    // The labels section lies between the key (no variant here) and the meta.
+    let labels_end = head_len + h.labels_len as u64;
+    let meta_end = labels_end + h.meta_len as u64;
     let b = if (b.len() as u64) < meta_end {
         read_head(shared, loc, meta_end, mode)?
     } else {
@@ -309,7 +311,7 @@ fn open(
         return Ok(None);
     }
     let b = Bytes::from(b);
-    let meta = b.slice(head_len as usize..meta_end as usize);
+    let meta = b.slice(labels_end as usize..meta_end as usize);
     let start = loc.offset() + meta_end;
     if !is_verified(shared, loc, seq) {
         let mut hasher = h.hasher();
@@ -335,7 +337,13 @@ fn open(
         }
         set_verified(shared, loc, seq);
     }
-    let head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    let mut head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    // What invalidation rules judge it by (verified with the record, or by its own sum).
+    head.labels = crate::labels::decode(
+        &b[head_len as usize..labels_end as usize],
+        crate::reader::checked_floor(shared),
+    )
+    .map_err(|_| ReadError::Labels)?;
     if shared.seqs[region as usize].load(Ordering::SeqCst) != seq {
         return Ok(None); // Reclaimed while the head was read: it may be a mix.
     }

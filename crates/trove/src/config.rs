@@ -26,11 +26,14 @@ pub struct AdminSettings {
     /// Client networks allowed to use the admin listener (others get a 403). Default:
     /// loopback only.
     pub allow: Vec<ipnet::IpNet>,
-    /// The admin API's bearer token (`/v1/`); `""` with no `token_file` turns the API off.
+    /// The admin API's bearer token (`/v1/`); `""` with no `token_file`: a random token is
+    /// made at start and written (mode 0600) where `trove purge` … find it (`admin_files`).
     pub token: String,
     /// A file holding the token (its first line), instead of `token`.
     pub token_file: String,
-    /// A Unix socket serving the admin listener and API too (mode 0600); `""` for none.
+    /// A Unix socket serving the admin listener and API too (mode 0600): `"auto"` (the
+    /// default) for `admin-<port>.sock` in trove's runtime directory, a path, or `""` for
+    /// none.
     pub socket: String,
     /// The largest object body a put accepts (also bounded by `[cache] max_object`).
     pub max_put_body: String,
@@ -46,7 +49,7 @@ impl Default for AdminSettings {
             ],
             token: String::new(),
             token_file: String::new(),
-            socket: String::new(),
+            socket: "auto".into(),
             max_put_body: "64MiB".into(),
         }
     }

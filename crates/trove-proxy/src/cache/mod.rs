@@ -203,7 +203,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
         interim,
     };
     match entry {
-        Entry::Purge => purge(&cx),
+        Entry::Purge => purge(&cx).await,
         // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
         Entry::RefuseConnect => Reply::simple(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -1182,7 +1182,7 @@ pub mod purge_fields {
 /// `PURGE`, for clients the purge ACL allows: removes every stored variant of the URL, or
 /// with the [`purge_fields`] invalidates tags, a named cache or a prefix, hard or soft,
 /// exactly as the admin API does (`crate::manage`).
-fn purge(cx: &Ctx<'_>) -> Reply {
+async fn purge(cx: &Ctx<'_>) -> Reply {
     use crate::manage;
     use purge_fields as pf;
     if !cx.shared.purge_acl.allows(cx.client_ip) {
@@ -1266,6 +1266,10 @@ fn purge(cx: &Ctx<'_>) -> Reply {
     let Some(ack) = last else {
         return Reply::simple(StatusCode::BAD_REQUEST, Outcome::Purge, "nothing to purge");
     };
+    // The rules are numbered in order: the last one durable means all of them are.
+    if let Err(e) = manage::durable(cx.shared, ack.seq).await {
+        return Reply::simple(e.status(), Outcome::Purge, &e.to_string());
+    }
     match ack.removed {
         // A hard purge of a URL says whether anything was stored, as it always has.
         Some(0) if ack.kind == "url" && mode == trove_api::Mode::Hard => Reply::simple(
