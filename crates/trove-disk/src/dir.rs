@@ -321,6 +321,31 @@ impl Dir {
         })
     }
 
+    /// Reads `n` bytes at `offset` in `region` only if they are all in the page cache
+    /// (`preadv2` with `RWF_NOWAIT`): `Ok(None)` when reading would wait for the disk, so a
+    /// caller on an async runtime can go to a blocking pool instead.
+    pub fn read_cached(
+        &self,
+        region: u32,
+        offset: u64,
+        n: usize,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        let (f, base) = self.regions[region as usize];
+        let n = n.min(self.region_size.saturating_sub(offset) as usize);
+        let mut v = vec![0u8; n];
+        let mut bufs = [std::io::IoSliceMut::new(&mut v)];
+        match rustix::io::preadv2(
+            &self.files[f].file,
+            &mut bufs,
+            base + offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(got) if got == n => Ok(Some(v)),
+            Ok(_) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Writes `data` at `offset` in `region`.
     pub fn write_at(&self, region: u32, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let (f, base) = self.regions[region as usize];

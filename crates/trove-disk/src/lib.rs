@@ -48,4 +48,4 @@ pub use format::VERSION as FORMAT_VERSION;
 pub use reader::BodyStream;
 pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
 pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
-pub use zero_copy::{is_reused, DiskBody, OnDisk, TAIL};
+pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, TAIL};

@@ -847,4 +847,19 @@ mod tests {
     fn the_example_config_is_valid() {
         Config::parse(EXAMPLE).unwrap();
     }
+
+    /// `[cache.disk] sendfile_min`: 64 KiB unless set; a size with its unit.
+    #[test]
+    fn disk_sendfile_min_has_a_default_and_reads_a_size() {
+        let c = Config::parse("[cache.disk]\npath = \"/tmp/a\"\nsize = \"1GiB\"\n").unwrap();
+        assert_eq!(
+            c.proxy_settings().cache.disk.unwrap().sendfile_min,
+            64 << 10
+        );
+        let c = Config::parse(
+            "[cache.disk]\npath = \"/tmp/a\"\nsize = \"1GiB\"\nsendfile_min = \"1MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.proxy_settings().cache.disk.unwrap().sendfile_min, 1 << 20);
+    }
 }

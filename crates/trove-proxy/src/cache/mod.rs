@@ -354,11 +354,19 @@ async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
     if cx.req.method != Method::GET || cx.req.headers.contains_key(header::RANGE) {
         return None;
     }
-    let t = Arc::clone(tiered);
-    let key = cx.key().to_string();
-    let found = tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
-        .await
-        .ok()??;
+    // A record verified earlier whose head is in the page cache is opened here, without
+    // the hop to the blocking pool; anything else is opened (and verified) there.
+    let found = match tiered.disk().open_body_cached(cx.key(), min) {
+        trove_disk::Cached::Found(found) => *found,
+        trove_disk::Cached::No => return None,
+        trove_disk::Cached::WouldBlock => {
+            let t = Arc::clone(tiered);
+            let key = cx.key().to_string();
+            tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
+                .await
+                .ok()??
+        }
+    };
     let trove_disk::OnDisk { head, body } = found;
     let stored = Arc::new(Object::new(
         cx.key().to_string(),
