@@ -6,9 +6,13 @@
 # The working set (OBJECTS objects of SIZE bytes, uniformly random, bench/disk/random.lua) is
 # larger than trove's memory tier (MEMORY), so most trove hits are disk hits: read from its
 # region file (the page cache), verified, promoted. nginx serves every hit from its cache files
-# (sendfile on, tcp_nopush off). `trove-mem` is trove with the whole set in memory, for scale.
+# (sendfile on, tcp_nopush off). `ats` is Apache Traffic Server (Debian's package) with its
+# cache in one raw cache file (storage.config) and a RAM cache as small as trove's memory tier,
+# so its hits too are read from the file. `trove-mem` is trove with the whole set in memory.
+# trove's disk hits of at least `[cache.disk] sendfile_min` (64 KiB) go out by sendfile.
 #
 #   ROUNDS=3 DURATION=10s OBJECTS=2000 SIZE=100k bash bench/disk/run.sh
+#   ROUNDS=3 DURATION=10s OBJECTS=300 SIZE=1M TARGETS="trove-disk nginx ats" bash bench/disk/run.sh
 #
 # Everything it starts runs in its own process group and is stopped by that id on exit.
 set -euo pipefail
@@ -20,11 +24,11 @@ OBJECTS=${OBJECTS:-2000}
 SIZE=${SIZE:-100k}
 MEMORY=${MEMORY:-16MiB}
 CONNS=${CONNS:-50}
-TARGETS=${TARGETS:-"trove-disk nginx trove-mem"}
+TARGETS=${TARGETS:-"trove-disk nginx ats trove-mem"}
 TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
 RUN=${RUN:-/tmp/trove-bench-disk.$$}
 RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
-declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192)
+declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192 [ats]=28193)
 ORIGIN_PORT=${ORIGIN_PORT:-28080}   # not bench/hits' 18080: other work on this machine may hold it
 PGIDS=()
 log() { printf '[disk %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -81,11 +85,35 @@ threads = 1                   # one core, as every peer
 listen = ""
 CONF
 done
+# Traffic Server: bench/hits' configs, on this script's ports, with a 16 MB RAM cache (as small as
+# trove's memory tier: hits come from the cache file) and a 2 GB cache file.
+start_ats() {
+    local dir=$RUN/ats file
+    mkdir -p "$dir/etc" "$dir/cache" "$dir/log" "$dir/run" "$dir/var"
+    for file in "$ROOT"/bench/hits/peers/trafficserver/*; do
+        sed -e "s#@RUN@#$RUN#g; s#18084#${PORT[ats]}#g; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#g" \
+            -e "s#^CONFIG proxy.config.cache.ram_cache.size INT .*#CONFIG proxy.config.cache.ram_cache.size INT 16777216#" \
+            -e "s#/ats/cache 256M#/ats/cache 2G#" \
+            "$file" >"$dir/etc/$(basename "$file")"
+    done
+    for file in plugin.config cache.config hosting.config parent.config volume.config \
+        sni.yaml ssl_multicert.config strategies.yaml splitdns.config socks.config; do
+        [[ -e $dir/etc/$file ]] || : >"$dir/etc/$file"
+    done
+    printf '%s\n' "prefix: $dir" "exec_prefix: /usr" "bindir: /usr/bin" "sbindir: /usr/sbin" \
+        "sysconfdir: $dir/etc" "datadir: $dir/var" "includedir: /usr/include" \
+        "libdir: /usr/lib/trafficserver" "libexecdir: /usr/lib/trafficserver/modules" \
+        "localstatedir: $dir/var" "runtimedir: $dir/run" "logdir: $dir/log" \
+        "cachedir: $dir/cache" >"$dir/runroot.yaml"
+    chown -R trafficserver:trafficserver "$dir"
+    start ats traffic_server --run-root="$dir/runroot.yaml"
+}
 start origin nginx -c "$RUN/origin.conf"
 wait_port "$ORIGIN_PORT"
 start nginx nginx -c "$RUN/nginx.conf"
 start trove-disk "$TROVE_BIN" serve --config "$RUN/trove-disk.toml"
 start trove-mem "$TROVE_BIN" serve --config "$RUN/trove-mem.toml"
+case " $TARGETS " in *" ats "*) start_ats ;; esac
 for t in $TARGETS; do wait_port "${PORT[$t]}"; done
 for t in $TARGETS; do
     log "warming $t"

@@ -4,14 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{
-    effective_workload, execute, write_outputs, LoadArgs, OriginSet, ProxyMode, RunArgs,
-};
 use crate::model::Model;
 use crate::origin::object_path;
 use crate::peers::{self, Programs};
 use crate::proc::{probe, wait_ready};
 use crate::report::{summary_table, Report};
+use crate::run::{
+    effective_workload, execute, write_outputs, LoadArgs, OriginSet, ProxyMode, RunArgs,
+};
 use crate::workload::Workload;
 
 /// `trove bench compare`.

@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{effective_workload, world_of, LoadArgs, OriginSet, ProxyMode};
 use crate::compare::{probe_path, PROBE_WORLD};
 use crate::origin::object_path;
 use crate::proc::{probe, temp_dir, Child};
 use crate::report::{Report, RunInfo};
 use crate::robot::{run_load, EventLog, Mode, Plan, TxEvent};
+use crate::run::{effective_workload, world_of, LoadArgs, OriginSet, ProxyMode};
 use crate::stats::Outcome;
 use crate::workload::Phase;
 

@@ -34,10 +34,12 @@ pub mod proc;
 pub mod rate;
 pub mod report;
 pub mod robot;
+pub mod run;
 pub mod stats;
 pub mod workload;
 
-pub use cli::{BenchArgs, Command, LoadArgs, ProxyMode, RunArgs};
+pub use cli::{BenchArgs, Command};
+pub use run::{LoadArgs, ProxyMode, RunArgs};
 
 /// Runs `trove bench` with the given arguments.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -45,6 +47,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 /// Runs one `trove bench run` and returns its report without printing (for tests and tools).
-pub fn cli_execute(args: &cli::RunArgs) -> anyhow::Result<report::Report> {
-    cli::execute(args, None)
+pub fn cli_execute(args: &run::RunArgs) -> anyhow::Result<report::Report> {
+    run::execute(args, None)
 }

@@ -43,10 +43,11 @@ pub fn age(obj: &Object, now: SystemTime) -> Duration {
     obj.head.prepared.initial_age.saturating_add(resident)
 }
 
-/// How a delivery is logged: a plain memory hit answered with a 304 is an IMS hit, one on a
-/// stored error response a negative hit; other outcomes keep their name.
+/// How a delivery is logged: a plain hit (from memory or disk) answered with a 304 is an IMS
+/// hit, one on a stored error response a negative hit (as Squid logs them, whatever the
+/// tier); other outcomes keep their name.
 pub fn outcome(base: Outcome, d: Delivery, stored_status: StatusCode) -> Outcome {
-    if base != Outcome::MemHit {
+    if !matches!(base, Outcome::MemHit | Outcome::DiskHit) {
         return base;
     }
     match d {

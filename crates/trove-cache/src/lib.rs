@@ -65,7 +65,7 @@ pub use abort::{AbortPolicy, AfterAbort, Storing};
 pub use cookie::{CookiePolicy, RequestCookiePolicy, SetCookiePolicy};
 pub use decide::{Action, Collapse, Conditionals, Entry, Fetch, Memo, Rules};
 pub use lookup::Lookup;
-pub use outcome::Outcome;
+pub use outcome::{Outcome, Tier};
 pub use request::{Request, ResponseHead};
 pub use status::{CacheStatus, Detail, Fwd, OriginFailure, ShedReason, StaleServed, CACHE_STATUS};
 pub use step::{Step, Steps};

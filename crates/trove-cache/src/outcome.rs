@@ -7,6 +7,9 @@
 pub enum Outcome {
     /// Fresh stored response served from memory.
     MemHit,
+    /// Fresh stored response read from the disk tier (Squid's `TCP_HIT`: a hit that was not
+    /// in memory). Later hits on a copy promoted into memory are `TCP_MEM_HIT` again.
+    DiskHit,
     /// Served from a fetch another client started (collapsed forwarding).
     CollapsedHit,
     /// The client's conditional request answered 304 from the cache.
@@ -40,8 +43,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::MemHit,
+        Outcome::DiskHit,
         Outcome::CollapsedHit,
         Outcome::ImsHit,
         Outcome::NegativeHit,
@@ -63,6 +67,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::MemHit => "TCP_MEM_HIT",
+            Outcome::DiskHit => "TCP_HIT",
             Outcome::CollapsedHit => "TCP_CF_HIT",
             Outcome::ImsHit => "TCP_IMS_HIT",
             Outcome::NegativeHit => "TCP_NEGATIVE_HIT",
@@ -89,6 +94,7 @@ impl Outcome {
         matches!(
             self,
             Outcome::MemHit
+                | Outcome::DiskHit
                 | Outcome::CollapsedHit
                 | Outcome::ImsHit
                 | Outcome::NegativeHit
@@ -112,6 +118,7 @@ impl Outcome {
     pub fn meaning(self) -> &'static str {
         match self {
             Outcome::MemHit => "a fresh stored response, served from memory",
+            Outcome::DiskHit => "a fresh stored response, read from the disk tier",
             Outcome::CollapsedHit => "served from a fetch another client had started",
             Outcome::ImsHit => "the client's conditional request answered 304 from the cache",
             Outcome::NegativeHit => "a stored error response (404, 410 …) served",
@@ -133,5 +140,30 @@ impl Outcome {
     /// The position in [`Outcome::ALL`] (metrics index counters by it).
     pub fn index(self) -> usize {
         Outcome::ALL.iter().position(|o| *o == self).unwrap_or(0)
+    }
+}
+
+/// Which store tier served a hit (the metrics' `tier` label): the access log tells the two
+/// apart by [`Outcome::MemHit`] and [`Outcome::DiskHit`] for fresh hits; the tier counts
+/// every stored response served at lookup, 304s, stale hits and ranges included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    Memory,
+    Disk,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 2] = [Tier::Memory, Tier::Disk];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Memory => "memory",
+            Tier::Disk => "disk",
+        }
+    }
+
+    /// The position in [`Tier::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
     }
 }

@@ -149,6 +149,8 @@ pub enum Detail {
     Origin(OriginFailure),
     /// `only-if-cached` and nothing usable stored.
     OnlyIfCached,
+    /// A fresh hit read from the disk tier, not from memory (the access log's `TCP_HIT`).
+    Disk,
 }
 
 impl Detail {
@@ -164,6 +166,7 @@ impl Detail {
             Detail::RequestCookie => "request-cookie",
             Detail::Origin(f) => f.as_str(),
             Detail::OnlyIfCached => "only-if-cached",
+            Detail::Disk => "disk",
         }
     }
 }

@@ -55,12 +55,20 @@ fn body(i: u64, n: usize) -> Bytes {
 }
 
 fn config(dir: &PathBuf, objects: u64, body_bytes: u64) -> DiskConfig {
-    // Room for every object (record ~ body + key + head + 64) and a spare region or three.
-    let budget = (objects * (body_bytes + 256) * 11 / 10).max(64 << 20);
+    // Room for every object (record ~ body + key + head + 64) and a spare region or three,
+    // in whole MiB (so a `trove serve` config can name the same size: `budget_mib` MiB).
+    let budget = budget_mib(objects, body_bytes) << 20;
     DiskConfig {
         queue_bytes: 256 << 20,
         ..DiskConfig::new(dir, budget)
     }
+}
+
+/// The budget `write` and `recover` use, in MiB (printed by `write`).
+fn budget_mib(objects: u64, body_bytes: u64) -> u64 {
+    (objects * (body_bytes + 256) * 11 / 10)
+        .max(64 << 20)
+        .div_ceil(1 << 20)
 }
 
 fn write(dir: PathBuf, objects: u64, body_bytes: u64) {
@@ -86,12 +94,13 @@ fn write(dir: PathBuf, objects: u64, body_bytes: u64) {
     let s = d.stats();
     println!(
         "write: {objects} objects of {body_bytes} B in {secs:.2} s: {:.0} objects/s, {:.0} MB/s written; \
-         index {} B = {:.1} B/object; dropped {}",
+         index {} B = {:.1} B/object; dropped {}; [cache.disk] size = \"{}MiB\"",
         objects as f64 / secs,
         s.write_bytes as f64 / secs / 1e6,
         s.index_bytes,
         s.index_bytes as f64 / s.objects.max(1) as f64,
-        s.writes_dropped
+        s.writes_dropped,
+        budget_mib(objects, body_bytes)
     );
     // Stop without sealing: what a kill -9 leaves (records are in the file already).
     drop(d);
@@ -101,18 +110,22 @@ fn recover(dir: PathBuf, objects: u64, body_bytes: u64) {
     let started = Instant::now();
     let d = DiskStore::open(config(&dir, objects, body_bytes)).expect("open");
     let opened = started.elapsed();
-    // The first miss could be served now; the first hit of an old object once it is back.
-    let probe = key(objects / 2);
-    let mut first_hit = None;
-    while first_hit.is_none() {
-        if d.may_hold(&probe) {
-            first_hit = Some(started.elapsed());
+    // The first miss could be served now; a hit on each probe once it is back (recovery
+    // goes newest first: the last written comes back first, the first written last).
+    let probes = [objects - 1, objects / 2, 0].map(key);
+    let mut found: [Option<Duration>; 3] = [None; 3];
+    while found.iter().any(Option::is_none) {
+        for (p, f) in probes.iter().zip(found.iter_mut()) {
+            if f.is_none() && d.may_hold(p) {
+                *f = Some(started.elapsed());
+            }
         }
         if d.has_failed() {
             panic!("failed");
         }
         std::thread::sleep(Duration::from_micros(100));
     }
+    let ms = |f: Option<Duration>| f.map_or(0.0, |d| d.as_secs_f64() * 1e3);
     assert!(d.wait_ready(Duration::from_secs(600)));
     let ready = started.elapsed();
     let s = d.stats();
@@ -127,11 +140,14 @@ fn recover(dir: PathBuf, objects: u64, body_bytes: u64) {
         checked += 1;
     }
     println!(
-        "recover: {} objects; open {:.1} ms, first hit of a middle object {:.1} ms, index complete {:.1} ms \
-         (recovery {:.1} ms); index {:.1} B/object; corrupt {}; {checked} sampled objects byte for byte",
+        "recover: {} objects; open {:.1} ms, findable: the newest object {:.1} ms, a middle one {:.1} ms, \
+         the oldest {:.1} ms; index complete {:.1} ms (recovery {:.1} ms); index {:.1} B/object; corrupt {}; \
+         {checked} sampled objects byte for byte",
         s.objects,
         opened.as_secs_f64() * 1e3,
-        first_hit.unwrap().as_secs_f64() * 1e3,
+        ms(found[0]),
+        ms(found[1]),
+        ms(found[2]),
         ready.as_secs_f64() * 1e3,
         s.recovery_micros as f64 / 1e3,
         s.index_bytes as f64 / s.objects.max(1) as f64,

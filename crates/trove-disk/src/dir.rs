@@ -61,6 +61,8 @@ struct DataFile {
 /// The opened directories and their regions.
 pub struct Dir {
     files: Vec<DataFile>,
+    /// The directories, in order (`files[i]` is in `paths[i]`).
+    paths: Vec<PathBuf>,
     /// Region number → (file, byte offset in it).
     regions: Vec<(usize, u64)>,
     region_size: u64,
@@ -175,6 +177,7 @@ impl Dir {
         }
         Ok(Dir {
             files,
+            paths: paths.to_vec(),
             regions,
             region_size,
             discarded,
@@ -234,6 +237,72 @@ impl Dir {
             }
         }
         Ok(v)
+    }
+
+    /// Tells the kernel `len` bytes at `offset` in `region` will be read soon
+    /// (`posix_fadvise(WILLNEED)`: it starts reading them in the background). Recovery hints
+    /// every summary before reading the first, so a cold page cache (after a reboot) is read
+    /// by the device in parallel rather than one small read at a time. Advice only: errors
+    /// are ignored.
+    pub fn will_need(&self, region: u32, offset: u64, len: u64) {
+        let (f, base) = self.regions[region as usize];
+        let len = len.min(self.region_size.saturating_sub(offset));
+        let _ = rustix::fs::fadvise(
+            &self.files[f].file,
+            base + offset,
+            std::num::NonZeroU64::new(len),
+            rustix::fs::Advice::WillNeed,
+        );
+    }
+
+    /// The data file holding `region`, and the region's offset in it (for `sendfile`).
+    pub fn file_at(&self, region: u32) -> (std::os::fd::BorrowedFd<'_>, u64) {
+        use std::os::fd::AsFd;
+        let (f, base) = self.regions[region as usize];
+        (self.files[f].file.as_fd(), base)
+    }
+
+    /// Punches a hole over `region` (`fallocate(PUNCH_HOLE)`): its pages leave the page
+    /// cache and the file, so bytes a socket still references from an earlier `sendfile`
+    /// keep their value while the region is rewritten (see `zero_copy`).
+    pub fn punch(&self, region: u32) -> std::io::Result<()> {
+        use rustix::fs::FallocateFlags;
+        let (f, base) = self.regions[region as usize];
+        rustix::fs::fallocate(
+            &self.files[f].file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            base,
+            self.region_size,
+        )?;
+        Ok(())
+    }
+
+    /// True when every directory's file system punches holes: tried on a scratch file.
+    pub fn can_punch(&self) -> bool {
+        self.paths.iter().all(|p| {
+            let probe = p.join(".punch-probe");
+            let ok = (|| {
+                use rustix::fs::FallocateFlags;
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&probe)?;
+                f.write_all_at(&[1u8; 8192], 0)?;
+                rustix::fs::fallocate(
+                    &f,
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    0,
+                    4096,
+                )?;
+                let mut b = [1u8; 1];
+                f.read_exact_at(&mut b, 0)?;
+                Ok::<bool, std::io::Error>(b[0] == 0)
+            })();
+            let _ = std::fs::remove_file(&probe);
+            ok.unwrap_or(false)
+        })
     }
 
     /// Writes `data` at `offset` in `region`.

@@ -68,6 +68,12 @@ impl Loc {
 
 const EMPTY: u32 = 0;
 
+/// A tag mixed: its home slot is this scaled to the table's size, so the order of these is
+/// the order of home slots in a table of any size.
+fn mix(tag: u32) -> u32 {
+    tag.wrapping_mul(0x9E37_79B9).rotate_left(13)
+}
+
 fn tag_of(fp: u64) -> u32 {
     match fp as u32 {
         EMPTY => 1,
@@ -100,8 +106,7 @@ impl Table {
     fn home(&self, tag: u32) -> usize {
         // Any table size (growth by a quarter keeps tables 72-90% full): the mixed tag
         // scaled to the size (Lemire's fast range), recomputable from the tag alone.
-        let mixed = tag.wrapping_mul(0x9E37_79B9).rotate_left(13) as u64;
-        ((mixed * self.slots.len() as u64) >> 32) as usize
+        ((mix(tag) as u64 * self.slots.len() as u64) >> 32) as usize
     }
 
     fn find(&self, tag: u32) -> Option<usize> {
@@ -144,6 +149,25 @@ impl Table {
         self.slots[i] = [tag, loc.0 as u32, (loc.0 >> 32) as u32];
         self.len += 1;
         None
+    }
+
+    /// Inserts `tag` unless it is there; true if it was inserted. One probe run, not two
+    /// (a miss probes to the empty slot it then fills).
+    fn insert_absent(&mut self, tag: u32, loc: Loc) -> bool {
+        if (self.len + 1) * 10 > self.slots.len() * 9 {
+            self.grow();
+        }
+        let mut i = self.home(tag);
+        loop {
+            match self.slots[i][0] {
+                EMPTY => break,
+                t if t == tag => return false,
+                _ => i = self.next(i),
+            }
+        }
+        self.slots[i] = [tag, loc.0 as u32, (loc.0 >> 32) as u32];
+        self.len += 1;
+        true
     }
 
     fn grow(&mut self) {
@@ -223,6 +247,12 @@ impl Index {
         }
     }
 
+    /// Sorting a shard's fingerprints by this sorts them by home slot (recovery inserts
+    /// them so: a table walked forwards).
+    pub fn probe_order(fp: u64) -> u32 {
+        mix(tag_of(fp))
+    }
+
     /// The shard of `fp` (recovery inserts a region's entries shard by shard).
     pub fn shard_of(fp: u64) -> usize {
         (fp >> (64 - SHARD_BITS)) as usize
@@ -231,6 +261,25 @@ impl Index {
     /// Points `fp` at `loc`; returns where it was.
     pub fn insert(&self, fp: u64, loc: Loc) -> Option<Loc> {
         self.shard(fp).lock().insert(tag_of(fp), loc)
+    }
+
+    /// Recovery's insert, newest record first: points each `(fp, loc)` of `items` whose
+    /// fingerprint is not indexed yet (else a newer record of it already was), taking each
+    /// shard's lock once for a run of entries of that shard (so `items` should be grouped by
+    /// shard: see [`Index::shard_of`]). Calls `inserted(i)` for each `items[i]` inserted.
+    pub fn insert_absent(&self, items: &[(u64, Loc)], mut inserted: impl FnMut(usize)) {
+        let mut i = 0;
+        while i < items.len() {
+            let shard = Index::shard_of(items[i].0);
+            let mut t = self.shards[shard].lock();
+            while i < items.len() && Index::shard_of(items[i].0) == shard {
+                let (fp, loc) = items[i];
+                if t.insert_absent(tag_of(fp), loc) {
+                    inserted(i);
+                }
+                i += 1;
+            }
+        }
     }
 
     pub fn get(&self, fp: u64) -> Option<Loc> {
@@ -361,6 +410,23 @@ mod tests {
         for (fp, loc) in &model {
             assert_eq!(idx.get(*fp), Some(*loc));
         }
+    }
+
+    #[test]
+    fn insert_absent_keeps_what_is_there_and_reports_what_it_added() {
+        let idx = Index::default();
+        let a = Loc::new(1, 64, 10);
+        let b = Loc::new(2, 64, 10);
+        idx.insert(5, a);
+        let far = (1u64 << 63) | 9;
+        let items = [(5, b), (6, b), (6, a), (far, a)];
+        let mut added = Vec::new();
+        idx.insert_absent(&items, |i| added.push(i));
+        assert_eq!(added, [1, 3]);
+        assert_eq!(
+            (idx.get(5), idx.get(6), idx.get(far)),
+            (Some(a), Some(b), Some(a))
+        );
     }
 
     #[test]

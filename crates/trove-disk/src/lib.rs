@@ -20,6 +20,7 @@
 //! | `recovery` | rebuilding the index from summaries and one scan |
 //! | `store` | [`DiskStore`], the queue-and-lookup face of the above |
 //! | `tier` | [`Tiered`], memory over disk, as a `trove_store::Storage` |
+//! | `zero_copy` | [`DiskBody`]: a verified body sent from the file with `sendfile` |
 //!
 //! Dependencies: `xxhash-rust` (XXH3, already trove's stable hash) for checksums,
 //! `rustix` for `flock` without `unsafe`, `parking_lot` for the index's shard locks. I/O
@@ -36,9 +37,11 @@ mod recovery;
 mod store;
 mod tier;
 mod writer;
+mod zero_copy;
 
 pub use dir::OpenError;
 pub use format::VERSION as FORMAT_VERSION;
 pub use reader::BodyStream;
 pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
 pub use tier::{Fill, Tiered, WHOLE_LIMIT};
+pub use zero_copy::{is_reused, DiskBody, OnDisk, TAIL};

@@ -1,16 +1,17 @@
 //! [`DiskStore`]: the disk tier's public face. Callers queue writes and removals (never
 //! blocking), look objects up in the index and read them back verified.
 //!
-//! One writer thread owns the regions (see `writer`); it first recovers the index
-//! (`recovery`), so the store answers at once (misses) and finds more of what is on disk as
-//! each region's part of the index comes back. Readers use `pread` on any thread; a disk hit
+//! One writer thread owns the regions (see `writer`); at start it reads the region headers
+//! and writes at once, while the index comes back on a thread of its own (`recovery`), so
+//! the store answers at once (misses) and finds more of what is on disk as each region's
+//! part of the index comes back, the newest first. Readers use `pread` on any thread; a disk hit
 //! is read by the proxy's blocking pool, never by the cache core.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
@@ -55,11 +56,14 @@ pub struct DiskConfig {
     /// Bytes of disk, over all paths.
     pub budget: u64,
     pub region_size: u64,
-    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
-    /// loss can take.
+    /// The crash bound (see `writer`): an acknowledged object reaches the file within it
+    /// (what a `kill -9` can lose), and is `fdatasync`ed within it after that (a power loss:
+    /// at most twice it). The write queue admits only what the writer is measured to drain
+    /// in half of it; the rest is shed, not acknowledged.
     pub sync_interval: Duration,
     pub reclaim: Reclaim,
-    /// Bytes of objects waiting for the writer; past this, more are not written.
+    /// Bytes of objects waiting for the writer at most, whatever its measured speed; past
+    /// this (or past what it drains in half a `sync_interval`), more are not written.
     pub queue_bytes: u64,
 }
 
@@ -83,6 +87,16 @@ pub struct Stats {
     pub write_bytes: AtomicU64,
     /// Objects not written: the queue was full, or the tier had failed.
     pub writes_dropped: AtomicU64,
+    /// Objects the queue took: *acknowledged*, held to the crash bound.
+    pub writes_queued: AtomicU64,
+    /// Of `writes_dropped`, those turned away because the writer would not have reached
+    /// them within the crash bound (or the queue's byte cap).
+    pub writes_shed: AtomicU64,
+    /// Acknowledged objects that reached the file later than `sync_interval` after their
+    /// acknowledgement (the bound did not hold for them: a stalled disk).
+    pub writes_late: AtomicU64,
+    /// The longest time from an acknowledgement to the write that put it in the file, µs.
+    pub write_delay_max_micros: AtomicU64,
     pub hits: AtomicU64,
     /// Records found torn, truncated or corrupt (at recovery or on a read) and dropped.
     pub corrupt: AtomicU64,
@@ -105,6 +119,12 @@ pub struct DiskStats {
     pub writes: u64,
     pub write_bytes: u64,
     pub writes_dropped: u64,
+    pub writes_queued: u64,
+    pub writes_shed: u64,
+    pub writes_late: u64,
+    pub write_delay_max_micros: u64,
+    /// What the write queue admits now, in bytes (see [`DiskConfig::sync_interval`]).
+    pub queue_limit: u64,
     pub hits: u64,
     pub corrupt: u64,
     pub regions_reclaimed: u64,
@@ -114,6 +134,48 @@ pub struct DiskStats {
     pub recovery_micros: u64,
     pub ready: bool,
     pub failed: bool,
+}
+
+/// The writer's measured speed, bytes per second of work: what the queue may hold so that
+/// an object acknowledged now is in the file within the crash bound.
+///
+/// Only passes that wrote at least [`DrainRate::MIN_SAMPLE`] bytes are measured (small ones
+/// are all fixed costs, and a queue that small drains at once anyway); each counts a quarter
+/// (an exponential average), so a disk that slows down (the kernel throttling dirty pages,
+/// a busy device) is followed within a few passes. Until the first measurement it assumes
+/// [`DrainRate::INITIAL`], a slow disk's speed.
+#[derive(Debug)]
+pub(crate) struct DrainRate(AtomicU64);
+
+impl Default for DrainRate {
+    fn default() -> Self {
+        DrainRate(AtomicU64::new(Self::INITIAL))
+    }
+}
+
+impl DrainRate {
+    pub const INITIAL: u64 = 16 << 20;
+    pub const MIN_SAMPLE: u64 = 256 << 10;
+
+    /// The writer wrote `bytes` of queued objects in `busy` (encoding, writing, syncing).
+    pub fn sample(&self, bytes: u64, busy: Duration) {
+        if bytes < Self::MIN_SAMPLE {
+            return;
+        }
+        let now = (bytes as f64 / busy.as_secs_f64().max(1e-6)) as u64;
+        let old = self.0.load(Ordering::Relaxed);
+        self.0.store(old / 4 * 3 + now / 4, Ordering::Relaxed);
+    }
+
+    pub fn bytes_per_sec(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// What the queue may hold: drained in half of `bound`, at most `cap`.
+    pub fn limit(&self, bound: Duration, cap: u64) -> u64 {
+        let half = bound.as_secs_f64() / 2.0;
+        ((self.bytes_per_sec() as f64 * half) as u64).min(cap)
+    }
 }
 
 /// Keeps whole-key removals apart from single fingerprints in `recent_removals`.
@@ -133,6 +195,8 @@ pub(crate) enum Job {
         bytes: u64,
         /// The removal epoch when it was queued: a removal after it wins.
         epoch: u64,
+        /// When it was acknowledged (queued): the crash bound runs from here.
+        queued_at: Instant,
     },
     Tombstone {
         key_hash: u64,
@@ -163,6 +227,8 @@ pub(crate) struct Shared {
     pub queue: Mutex<VecDeque<Job>>,
     pub wake: Condvar,
     pub queued_bytes: AtomicU64,
+    /// How fast the writer drains its queue, measured (see [`DrainRate`]).
+    pub drain: DrainRate,
     pub late_removals: Mutex<Vec<LateRemoval>>,
     /// Counts removals; see `recent_removals`.
     pub epoch: AtomicU64,
@@ -175,6 +241,11 @@ pub(crate) struct Shared {
     pub config: DiskConfig,
     /// Set once the failure was logged, so it is logged once.
     pub failure_logged: AtomicBool,
+    /// Records verified for zero-copy sends, per region (`zero_copy`).
+    pub verified: Vec<Mutex<crate::zero_copy::Verified>>,
+    /// True while bodies may be sent from the file: the file system punches holes, so a
+    /// reclaimed region's old pages stay with the sockets that reference them.
+    pub zero_copy: AtomicBool,
 }
 
 impl Shared {
@@ -238,7 +309,10 @@ impl DiskStore {
         if dir.discarded {
             tracing::warn!(paths = ?config.paths, "disk tier: an older or unmarked cache directory was discarded");
         }
+        let zero_copy = dir.can_punch();
         let shared = Arc::new(Shared {
+            verified: crate::zero_copy::verified_sets(dir.region_count()),
+            zero_copy: AtomicBool::new(zero_copy),
             seqs: (0..dir.region_count()).map(|_| AtomicU64::new(0)).collect(),
             dir,
             index: Index::default(),
@@ -248,6 +322,7 @@ impl DiskStore {
             queue: Mutex::new(VecDeque::new()),
             wake: Condvar::new(),
             queued_bytes: AtomicU64::new(0),
+            drain: DrainRate::default(),
             late_removals: Mutex::new(Vec::new()),
             epoch: AtomicU64::new(0),
             recent_removals: Mutex::new(std::collections::HashMap::new()),
@@ -306,15 +381,20 @@ impl DiskStore {
             return false;
         };
         let bytes: u64 = body.iter().map(|b| b.len() as u64).sum::<u64>() + 1024;
+        let limit = self.queue_limit();
         let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        if queued + bytes > self.shared.config.queue_bytes {
+        // An empty queue takes any object: the writer reaches it next.
+        if queued > 0 && queued + bytes > limit {
             self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.shared
-                .stats
-                .writes_dropped
-                .fetch_add(1, Ordering::Relaxed);
+            let s = &self.shared.stats;
+            s.writes_dropped.fetch_add(1, Ordering::Relaxed);
+            s.writes_shed.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        self.shared
+            .stats
+            .writes_queued
+            .fetch_add(1, Ordering::Relaxed);
         self.push(Job::Object {
             key: obj.key.clone(),
             variant: obj.variant.clone(),
@@ -322,8 +402,16 @@ impl DiskStore {
             body,
             bytes,
             epoch: self.shared.epoch.load(Ordering::Acquire),
+            queued_at: Instant::now(),
         });
         true
+    }
+
+    /// Bytes the write queue admits now: what the writer drains in half a `sync_interval`
+    /// at its measured speed, at most `queue_bytes`.
+    pub fn queue_limit(&self) -> u64 {
+        let c = &self.shared.config;
+        self.shared.drain.limit(c.sync_interval, c.queue_bytes)
     }
 
     fn push(&self, job: Job) {
@@ -463,6 +551,11 @@ impl DiskStore {
             writes: g(&s.writes),
             write_bytes: g(&s.write_bytes),
             writes_dropped: g(&s.writes_dropped),
+            writes_queued: g(&s.writes_queued),
+            writes_shed: g(&s.writes_shed),
+            writes_late: g(&s.writes_late),
+            write_delay_max_micros: g(&s.write_delay_max_micros),
+            queue_limit: self.queue_limit(),
             hits: g(&s.hits),
             corrupt: g(&s.corrupt),
             regions_reclaimed: g(&s.regions_reclaimed),
@@ -501,5 +594,82 @@ impl Drop for DiskStore {
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_rate_sets_the_queue_to_half_the_bound() {
+        let r = DrainRate::default();
+        let second = Duration::from_secs(1);
+        assert_eq!(r.limit(second, 1 << 30), DrainRate::INITIAL / 2);
+        // Small passes are all fixed costs: not measured.
+        r.sample(1000, Duration::from_millis(100));
+        assert_eq!(r.bytes_per_sec(), DrainRate::INITIAL);
+        // A fast disk: the cap rules.
+        for _ in 0..20 {
+            r.sample(8 << 20, Duration::from_millis(4));
+        }
+        assert_eq!(r.limit(second, 64 << 20), 64 << 20);
+        // It slows to 2 MB/s: within a few passes the queue holds about a second's half.
+        for _ in 0..40 {
+            r.sample(1 << 20, Duration::from_millis(500));
+        }
+        let l = r.limit(second, 64 << 20);
+        assert!((1 << 20) - 50_000 < l && l < (1 << 20) + 50_000, "{l}");
+        // A shorter bound, a shorter queue.
+        let fifth = r.limit(Duration::from_millis(200), 64 << 20);
+        assert!(fifth.abs_diff(l / 5) <= 1, "{fifth} against {l}");
+    }
+
+    /// A write the writer would not reach within the bound is shed (not acknowledged) and
+    /// counted; an empty queue takes anything.
+    #[test]
+    fn writes_past_what_the_bound_drains_are_shed_and_counted() {
+        let dir = std::env::temp_dir().join(format!("trove-disk-test-shed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = DiskStore::open(DiskConfig {
+            region_size: 256 << 10,
+            ..DiskConfig::new(&dir, 4 << 20)
+        })
+        .unwrap();
+        assert!(d.wait_ready(Duration::from_secs(30)));
+        let obj = |i: usize| {
+            Object::new(
+                format!("http://example.com/{i}"),
+                String::new(),
+                trove_store::ObjectHead {
+                    status: http::StatusCode::OK,
+                    headers: http::HeaderMap::new(),
+                    request_headers: http::HeaderMap::new(),
+                    request_time: std::time::SystemTime::UNIX_EPOCH,
+                    response_time: std::time::SystemTime::UNIX_EPOCH,
+                    prepared: Default::default(),
+                    labels: Default::default(),
+                },
+                trove_store::Body::complete(Bytes::from(vec![7u8; 1000])),
+            )
+        };
+        let limit = d.queue_limit();
+        assert_eq!(limit, DrainRate::INITIAL / 2);
+        // As if the writer were behind by the whole limit.
+        d.shared.queued_bytes.fetch_add(limit, Ordering::AcqRel);
+        assert!(!d.write(&obj(1)), "shed");
+        let s = d.stats();
+        assert_eq!(
+            (s.writes_shed, s.writes_dropped, s.writes_queued),
+            (1, 1, 0)
+        );
+        d.shared.queued_bytes.fetch_sub(limit, Ordering::AcqRel);
+        assert!(d.write(&obj(2)), "taken");
+        d.flush();
+        let s = d.stats();
+        assert_eq!((s.writes_queued, s.writes, s.writes_late), (1, 1, 0));
+        assert!(s.write_delay_max_micros > 0);
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,9 +4,22 @@
 //! Records are encoded into a buffer and written with one `pwrite` per batch (what was
 //! queued when the thread woke, up to [`BATCH`]), so disk writes are large and sequential;
 //! only then are their index entries published, so an object becomes visible only once it
-//! is wholly written. `fdatasync` runs at least every `sync_interval` while there are
-//! writes: a power loss takes at most that much; `kill -9` takes only what was still queued
-//! (the page cache survives the process).
+//! is wholly written.
+//!
+//! **The crash bound.** An object is *acknowledged* when the disk tier takes it into its
+//! write queue (`DiskStore::write` returns true; the object's body is complete, so its
+//! client has had, or is being sent, the whole response). From then on:
+//!
+//! - it is in the file (`pwrite`, so in the page cache, which survives the process) within
+//!   `sync_interval`: a `kill -9` at any instant loses at most what was acknowledged in the
+//!   last `sync_interval`. The queue admits only what this thread, at its measured speed
+//!   (`store::DrainRate`), writes in half that time; past it, objects are shed (counted, not
+//!   acknowledged: a cache loses nothing but a future hit by not storing, whereas holding a
+//!   client back to wait for the disk would turn a slow disk into slow responses). A write
+//!   that still came late (a disk that stalled) is counted (`writes_late`), and the longest
+//!   delay is kept, so the bound is measured, not assumed;
+//! - it is `fdatasync`ed within `sync_interval` of that write (the thread wakes for it):
+//!   a power loss loses at most the last two `sync_interval`s.
 //!
 //! Reclamation is FIFO over regions (the oldest use goes first, whole: no fragmentation, no
 //! compaction), optionally with reinsertion (CacheLib Navy's answer to FIFO's weakness):
@@ -17,7 +30,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use trove_store::hash::{fingerprint, key_hash};
@@ -28,7 +41,7 @@ use crate::format::{
 };
 use crate::index::Loc;
 use crate::recovery;
-use crate::store::{DiskStore, Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED, READY};
+use crate::store::{DiskStore, Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
 
 /// Bytes encoded before a batch is written even if more is queued.
 const BATCH: usize = 1 << 20;
@@ -40,6 +53,8 @@ enum Publish {
         varied: bool,
         loc: Loc,
         epoch: u64,
+        /// When it was acknowledged (`None` for a reinserted copy).
+        queued_at: Option<Instant>,
     },
     Remove(LateRemoval, u64),
 }
@@ -56,39 +71,74 @@ struct Active {
 
 struct Writer<'a> {
     shared: &'a Shared,
+    /// The index's recovery, while it runs.
+    recovering: Option<std::thread::JoinHandle<()>>,
     size: u64,
     active: Option<Active>,
     /// Regions in use, oldest first (not the active one).
     used: VecDeque<u32>,
     free: Vec<u32>,
     next_seq: u64,
-    last_sync: Instant,
+    /// When the first write since the last sync was made (`None`: nothing to sync).
+    unsynced_since: Option<Instant>,
     /// Hot records of a reclaimed region, to be written again.
     reinsert: Vec<Record>,
 }
 
-/// The thread's body.
+/// The thread's body. It reads the region headers, starts the index's recovery on a thread
+/// of its own, and writes at once (into free regions; an object queued while the index
+/// comes back is held to the crash bound like any other): a region is reclaimed only once
+/// recovery is done.
 pub(crate) fn run(shared: &Arc<Shared>) {
-    let rec = match recovery::recover(shared) {
+    let rec = match recovery::regions(shared) {
         Ok(r) => r,
         Err(e) => {
             shared.fail("reading the regions at start-up", &e);
             return idle(shared);
         }
     };
+    let recovering = {
+        let (s, used) = (Arc::clone(shared), rec.used.clone());
+        std::thread::Builder::new()
+            .name("trove-disk-recovery".into())
+            .spawn(move || {
+                if let Err(e) = recovery::index(&s, &used) {
+                    s.fail("reading the regions at start-up", &e);
+                }
+            })
+    };
+    let recovering = match recovering {
+        Ok(h) => Some(h),
+        Err(_) => {
+            // No thread to spare: recover here, then write.
+            if let Err(e) = recovery::index(shared, &rec.used) {
+                shared.fail("reading the regions at start-up", &e);
+                return idle(shared);
+            }
+            None
+        }
+    };
     let mut w = Writer {
+        recovering,
         shared,
         size: shared.dir.region_size(),
         active: None,
         used: rec.used.iter().map(|&(r, _)| r).collect(),
         free: rec.free,
         next_seq: rec.next_seq,
-        last_sync: Instant::now(),
+        unsynced_since: None,
         reinsert: Vec::new(),
     };
-    shared.state.store(READY, Ordering::Release);
     loop {
-        let (jobs, stop) = take(shared);
+        let (jobs, stop) = take(shared, w.unsynced_since);
+        let busy = Instant::now();
+        let bytes: u64 = jobs
+            .iter()
+            .map(|j| match j {
+                Job::Object { bytes, .. } => *bytes,
+                _ => 0,
+            })
+            .sum();
         let mut flushes = Vec::new();
         let result = (|| {
             for job in jobs {
@@ -101,23 +151,46 @@ pub(crate) fn run(shared: &Arc<Shared>) {
                 }
             }
             w.flush()?;
-            if !flushes.is_empty() || stop || w.last_sync.elapsed() >= shared.config.sync_interval {
+            let due = w
+                .unsynced_since
+                .is_some_and(|t| t.elapsed() >= shared.config.sync_interval);
+            if !flushes.is_empty() || stop || due {
                 shared.dir.sync()?;
-                w.last_sync = Instant::now();
+                w.unsynced_since = None;
             }
             Ok::<(), std::io::Error>(())
         })();
+        shared.drain.sample(bytes, busy.elapsed());
         for done in flushes {
             *done.0.lock() = true;
             done.1.notify_all();
         }
         if let Err(e) = result {
             shared.fail("writing", &e);
+            w.end_recovery();
             return idle(shared);
         }
         if stop {
+            w.end_recovery();
             return;
         }
+        if shared.state.load(Ordering::Acquire) == FAILED {
+            // Recovery failed (and said so).
+            w.end_recovery();
+            return idle(shared);
+        }
+    }
+}
+
+/// Measures the crash bound on one acknowledged object: acknowledged `delay` ago, in the
+/// file now.
+fn note_delay(shared: &Shared, delay: Duration) {
+    let s = &shared.stats;
+    let micros = delay.as_micros().min(u64::MAX as u128) as u64;
+    s.write_delay_max_micros
+        .fetch_max(micros, Ordering::Relaxed);
+    if delay > shared.config.sync_interval {
+        s.writes_late.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -125,7 +198,7 @@ pub(crate) fn run(shared: &Arc<Shared>) {
 fn idle(shared: &Shared) {
     shared.state.store(FAILED, Ordering::Release);
     loop {
-        let (jobs, stop) = take(shared);
+        let (jobs, stop) = take(shared, None);
         for job in jobs {
             match job {
                 Job::Flush(done) => {
@@ -145,17 +218,27 @@ fn idle(shared: &Shared) {
     }
 }
 
-/// Waits for work (at most a sync interval); returns it and whether to stop.
-fn take(shared: &Shared) -> (Vec<Job>, bool) {
+/// Waits for work, or until a sync is due (`sync_interval` after the first write it
+/// covers), or a sync interval when nothing waits; returns it and whether to stop.
+fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
+    let interval = shared.config.sync_interval;
+    let wait = unsynced_since.map_or(interval, |t| interval.saturating_sub(t.elapsed()));
     let mut q = shared.queue.lock();
-    if q.is_empty() && !shared.stop.load(Ordering::Acquire) {
-        shared.wake.wait_for(&mut q, shared.config.sync_interval);
+    if q.is_empty() && !shared.stop.load(Ordering::Acquire) && !wait.is_zero() {
+        shared.wake.wait_for(&mut q, wait);
     }
     let jobs: Vec<Job> = q.drain(..).collect();
     (jobs, shared.stop.load(Ordering::Acquire))
 }
 
 impl Writer<'_> {
+    /// Waits for the index's recovery to end (it stops early when the store is stopping).
+    fn end_recovery(&mut self) {
+        if let Some(h) = self.recovering.take() {
+            let _ = h.join();
+        }
+    }
+
     fn handle(&mut self, job: Job) -> std::io::Result<()> {
         match job {
             Job::Object {
@@ -165,6 +248,7 @@ impl Writer<'_> {
                 body,
                 bytes,
                 epoch,
+                queued_at,
             } => {
                 self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
                 let rec = NewRecord {
@@ -177,7 +261,7 @@ impl Writer<'_> {
                     meta: &meta,
                     body: &body,
                 };
-                self.append(&rec, epoch)
+                self.append(&rec, epoch, Some(queued_at))
             }
             Job::Tombstone {
                 key_hash,
@@ -195,7 +279,7 @@ impl Writer<'_> {
                     meta: &[],
                     body: &[],
                 };
-                self.append(&rec, epoch)
+                self.append(&rec, epoch, None)
             }
             Job::Invalidation(payload) => {
                 let body = [payload];
@@ -209,7 +293,7 @@ impl Writer<'_> {
                     meta: &[],
                     body: &body,
                 };
-                self.append(&rec, 0)
+                self.append(&rec, 0, None)
             }
             Job::Flush(_) => Ok(()),
         }
@@ -231,7 +315,12 @@ impl Writer<'_> {
         })
     }
 
-    fn append(&mut self, rec: &NewRecord<'_>, epoch: u64) -> std::io::Result<()> {
+    fn append(
+        &mut self,
+        rec: &NewRecord<'_>,
+        epoch: u64,
+        queued_at: Option<Instant>,
+    ) -> std::io::Result<()> {
         let len = rec.record_len();
         if len > self.max_record() {
             self.shared
@@ -255,6 +344,7 @@ impl Writer<'_> {
                     varied: h.flags & FLAG_VARIED != 0,
                     loc: Loc::new(a.region, offset, len),
                     epoch,
+                    queued_at,
                 });
                 self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
             }
@@ -289,7 +379,7 @@ impl Writer<'_> {
                 body: &body,
             };
             let epoch = self.shared.epoch.load(Ordering::Acquire);
-            self.append(&rec, epoch)?;
+            self.append(&rec, epoch, None)?;
             self.shared.stats.reinserted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -308,8 +398,10 @@ impl Writer<'_> {
                 .fetch_add(a.buf.len() as u64, Ordering::Relaxed);
             a.start += a.buf.len() as u64;
             a.buf.clear();
+            self.unsynced_since.get_or_insert_with(Instant::now);
         }
         let shared = self.shared;
+        let written = Instant::now();
         for p in a.publish.drain(..) {
             match p {
                 Publish::Put {
@@ -318,7 +410,11 @@ impl Writer<'_> {
                     varied,
                     loc,
                     epoch,
+                    queued_at,
                 } => {
+                    if let Some(q) = queued_at {
+                        note_delay(shared, written.saturating_duration_since(q));
+                    }
                     let recent = shared.recent_removals.lock();
                     let removed_after = [fp, key_hash ^ ALL_SALT]
                         .iter()
@@ -355,6 +451,7 @@ impl Writer<'_> {
         if let Some(a) = self.active.take() {
             let (at, bytes) = seal(&a.entries, a.seq, self.size);
             self.shared.dir.write_at(a.region, at, &bytes)?;
+            self.unsynced_since.get_or_insert_with(Instant::now);
             self.used.push_back(a.region);
         }
         let region = match self.free.pop() {
@@ -387,6 +484,12 @@ impl Writer<'_> {
     /// Empties the oldest region: its objects leave the index, the hot ones (with
     /// reinsertion) are kept to be written again. Returns it.
     fn reclaim(&mut self) -> std::io::Result<u32> {
+        // The oldest region is the last recovery reaches: it must be indexed before it can
+        // be emptied.
+        self.end_recovery();
+        if self.shared.state.load(Ordering::Acquire) == FAILED {
+            return Err(std::io::Error::other("the index could not be recovered"));
+        }
         let victim = self
             .used
             .pop_front()
@@ -422,7 +525,16 @@ impl Writer<'_> {
                 self.shared.varied.forget(e.key_hash, e.fingerprint);
             }
         }
-        self.shared.seqs[victim as usize].store(0, Ordering::Release);
+        self.shared.seqs[victim as usize].store(0, Ordering::SeqCst);
+        if self.shared.zero_copy.load(Ordering::Acquire) {
+            // After `seq` is retired, before a byte is rewritten: see `zero_copy`.
+            if let Err(e) = self.shared.dir.punch(victim) {
+                self.shared.zero_copy.store(false, Ordering::Release);
+                tracing::warn!(
+                    "disk tier: punching a hole failed ({e}); sendfile is off from now on"
+                );
+            }
+        }
         self.shared
             .stats
             .regions_reclaimed

@@ -215,6 +215,67 @@ fn removals_are_not_revived_by_a_restart() {
     assert!(read_back(&d, 3).is_some());
 }
 
+/// Recovery replays regions newest first: across many regions, the newest copy of an object
+/// wins, a purge keeps older copies out, an object written again after its purge is back,
+/// and a whole-key purge removes older variants but not a newer one.
+#[test]
+fn after_a_restart_the_newest_copy_wins_across_regions() {
+    let dir = tempdir("newest");
+    let with_body = |i: usize, variant: &str, body: &'static [u8]| {
+        Object::new(
+            format!("http://example.com/{i}"),
+            variant.into(),
+            head(&i.to_string()),
+            Body::complete(Bytes::from_static(body)),
+        )
+    };
+    // Fills a region or two with other objects, so what follows lands in a newer one.
+    let mut next = 1000;
+    let mut filler = |d: &DiskStore| {
+        for _ in 0..120 {
+            assert!(d.write(&obj(next, "")));
+            next += 1;
+        }
+        d.flush();
+    };
+    {
+        let d = open(config(&dir, 16 << 20));
+        d.write(&with_body(1, "", b"first"));
+        d.write(&with_body(2, "", b"purged"));
+        d.write(&with_body(3, "", b"purged, then written again"));
+        d.write(&with_body(4, "gzip", b"older variant"));
+        filler(&d);
+        d.write(&with_body(1, "", b"second"));
+        d.remove("http://example.com/2", None);
+        d.remove("http://example.com/3", None);
+        d.remove("http://example.com/4", None);
+        filler(&d);
+        d.write(&with_body(3, "", b"back"));
+        d.write(&with_body(4, "br", b"newer variant"));
+        filler(&d);
+        d.write(&with_body(1, "", b"third"));
+        d.flush();
+        assert!(d.stats().regions_reclaimed == 0, "nothing reclaimed");
+    }
+    let d = open(config(&dir, 16 << 20));
+    let body = |i: usize| {
+        let mut v = d.load(&format!("http://example.com/{i}"), u64::MAX);
+        assert!(v.len() <= 1, "one variant of {i}");
+        v.pop().map(|l| match l.body {
+            LoadedBody::Whole(b) => (l.variant, b),
+            LoadedBody::Stream(_) => panic!("asked whole"),
+        })
+    };
+    assert_eq!(body(1), Some((String::new(), Bytes::from_static(b"third"))));
+    assert_eq!(body(2), None, "purge revived");
+    assert_eq!(body(3), Some((String::new(), Bytes::from_static(b"back"))));
+    assert_eq!(
+        body(4),
+        Some(("br".to_string(), Bytes::from_static(b"newer variant")))
+    );
+    assert!(same(read_back(&d, 1000), 1000) && same(read_back(&d, next - 1), next - 1));
+}
+
 /// A write queued before a removal, but written after it, does not bring the object back.
 #[test]
 fn a_write_queued_before_a_purge_does_not_revive_it() {
@@ -408,4 +469,79 @@ fn persisted_invalidations_come_back_after_a_restart_in_order() {
         ]
     );
     assert!(same(read_back(&d, 1), 1));
+}
+
+/// A body of `n` bytes for the zero-copy tests.
+fn big(i: usize, n: usize) -> Object {
+    Object::new(
+        format!("http://example.com/{i}"),
+        String::new(),
+        head(&i.to_string()),
+        Body::complete(Bytes::from(
+            (0..n).map(|j| (i * 131 + j * 7) as u8).collect::<Vec<u8>>(),
+        )),
+    )
+}
+
+#[test]
+fn a_body_opened_for_sendfile_is_verified_first_and_refused_when_corrupt() {
+    let dir = tempdir("zc-flip");
+    let want = big(1, 100_000).body.complete_bytes().unwrap();
+    {
+        let d = open(config(&dir, 4 << 20));
+        d.write(&big(1, 100_000));
+        d.write(&big(2, 100_000));
+        d.flush();
+        // Smaller than asked for: left to the ordinary read.
+        assert!(d.open_body("http://example.com/1", 200_000).is_none());
+        let found = d
+            .open_body("http://example.com/1", 64 << 10)
+            .expect("on disk");
+        assert_eq!(found.head.headers["x-tag"], "1");
+        assert_eq!(found.body.len(), 100_000);
+        assert!(found.body.intact());
+        assert_eq!(found.body.read(0, 100_000).unwrap(), want);
+        // What `file()` points at is the body itself.
+        let (fd, at) = found.body.file();
+        let mut b = vec![0u8; 100_000];
+        rustix::io::pread(fd, &mut b, at).unwrap();
+        assert!(b == want);
+    }
+    let data = dir.join("regions.dat");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let needle = &big(2, 100_000).body.complete_bytes().unwrap()[500..564];
+    let at = bytes.windows(64).rposition(|w| w == needle).unwrap();
+    bytes[at + 10] ^= 0xff;
+    std::fs::write(&data, &bytes).unwrap();
+    let d = open(config(&dir, 4 << 20));
+    assert!(
+        d.open_body("http://example.com/2", 0).is_none(),
+        "never sent"
+    );
+    assert_eq!(d.stats().corrupt, 1);
+    assert!(d.open_body("http://example.com/1", 0).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
+    let dir = tempdir("zc-reclaim");
+    let d = open(DiskConfig {
+        reclaim: Reclaim::Fifo,
+        ..config(&dir, 1 << 20)
+    });
+    d.write(&big(1, 100_000));
+    d.flush();
+    let found = d.open_body("http://example.com/1", 0).expect("on disk");
+    assert!(found.body.intact());
+    // Four regions of 256 KiB: write enough to reclaim the first.
+    for i in 10..30 {
+        d.write(&big(i, 100_000));
+        d.flush();
+    }
+    assert!(d.stats().regions_reclaimed > 0);
+    assert!(!found.body.intact(), "its region was reclaimed");
+    assert!(found.body.read(0, 100).is_err());
+    assert!(d.open_body("http://example.com/1", 0).is_none());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -51,7 +51,9 @@ pub fn evaluate(
         return Precondition::Proceed;
     }
     let etag = response_etag(stored_headers);
-    let last_modified = date_field(stored_headers, &header::LAST_MODIFIED);
+    // Parsed only when a date condition asks (most requests carry none: a hit should not
+    // pay for parsing the stored `Last-Modified`).
+    let last_modified = || date_field(stored_headers, &header::LAST_MODIFIED);
     let get_or_head = *method == Method::GET || *method == Method::HEAD;
 
     if let Some(list) = EntityTagList::from_headers(req_headers, &header::IF_MATCH) {
@@ -64,11 +66,8 @@ pub fn evaluate(
         if !matched {
             return Precondition::Failed;
         }
-    } else if let (Some(since), Some(lm)) = (
-        date_field(req_headers, &header::IF_UNMODIFIED_SINCE),
-        last_modified,
-    ) {
-        if lm > since {
+    } else if let Some(since) = date_field(req_headers, &header::IF_UNMODIFIED_SINCE) {
+        if last_modified().is_some_and(|lm| lm > since) {
             return Precondition::Failed;
         }
     }
@@ -88,12 +87,9 @@ pub fn evaluate(
     }
 
     if get_or_head {
-        let modified = last_modified.or_else(|| date_field(stored_headers, &header::DATE));
-        if let (Some(since), Some(modified)) = (
-            date_field(req_headers, &header::IF_MODIFIED_SINCE),
-            modified,
-        ) {
-            if modified <= since {
+        if let Some(since) = date_field(req_headers, &header::IF_MODIFIED_SINCE) {
+            let modified = last_modified().or_else(|| date_field(stored_headers, &header::DATE));
+            if modified.is_some_and(|m| m <= since) {
                 return Precondition::NotModified;
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trove_cache::resume::Detached;
-use trove_cache::{Outcome, StaleServed};
+use trove_cache::{Outcome, StaleServed, Tier};
 
 use crate::destination::Refusal;
 use crate::resolver::{self, Answered, Failure};
@@ -73,6 +73,15 @@ pub mod names {
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
+    /// Stored responses served at lookup (fresh, stale, 304s and ranges included), by the
+    /// store tier they came from (`tier`: `memory`, `disk`).
+    pub const TIER_HITS: &str = "trove_tier_hits_total";
+    /// Disk hits sent with `sendfile(2)` from the data file, and their body bytes.
+    pub const DISK_SENDFILE_HITS: &str = "trove_disk_sendfile_hits_total";
+    pub const DISK_SENDFILE_BYTES: &str = "trove_disk_sendfile_bytes_total";
+    /// Zero-copy sends cut off (connection reset) because the record's region was reclaimed
+    /// while it was being sent.
+    pub const DISK_SENDFILE_ABORTED: &str = "trove_disk_sendfile_aborted_total";
     /// The disk tier (`[cache.disk]`, see `trove_disk`).
     pub const DISK_OBJECTS: &str = "trove_disk_objects";
     pub const DISK_BYTES: &str = "trove_disk_bytes";
@@ -93,6 +102,15 @@ pub mod names {
     pub const DISK_READY: &str = "trove_disk_ready";
     /// 1 when the disk tier failed (or could not be opened) and trove is memory-only.
     pub const DISK_FAILED: &str = "trove_disk_failed";
+    /// The crash bound (`[cache.disk] sync_interval`, see `trove_disk`'s writer): objects the
+    /// write queue took (acknowledged), objects shed because the writer would not have reached
+    /// them within the bound, acknowledged objects that still reached the file late, the longest
+    /// acknowledgement-to-file delay seen, and the bytes the queue admits now.
+    pub const DISK_WRITES_QUEUED: &str = "trove_disk_writes_queued_total";
+    pub const DISK_WRITES_SHED: &str = "trove_disk_writes_shed_total";
+    pub const DISK_WRITES_LATE: &str = "trove_disk_writes_late_total";
+    pub const DISK_WRITE_DELAY_MAX: &str = "trove_disk_write_delay_max_seconds";
+    pub const DISK_QUEUE_LIMIT: &str = "trove_disk_queue_limit_bytes";
 }
 
 /// Appends the disk tier's metrics; `None` when it could not be opened at all.
@@ -179,6 +197,49 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
             out,
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
         );
+    }
+    render_disk_bound(out, &d);
+}
+
+/// The crash bound's measurements (see `names::DISK_WRITES_QUEUED`).
+fn render_disk_bound(out: &mut String, d: &trove_disk::DiskStats) {
+    let counters: [(&str, &str, u64); 3] = [
+        (
+            names::DISK_WRITES_QUEUED,
+            "Objects taken into the disk write queue (acknowledged: kept across a kill -9 once sync_interval has passed).",
+            d.writes_queued,
+        ),
+        (
+            names::DISK_WRITES_SHED,
+            "Objects not written because the writer would not have reached them within sync_interval.",
+            d.writes_shed,
+        ),
+        (
+            names::DISK_WRITES_LATE,
+            "Acknowledged objects that reached the file later than sync_interval after acknowledgement.",
+            d.writes_late,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
+    let gauges: [(&str, &str, f64); 2] = [
+        (
+            names::DISK_WRITE_DELAY_MAX,
+            "The longest time from an object's acknowledgement to its write to the file.",
+            d.write_delay_max_micros as f64 / 1e6,
+        ),
+        (
+            names::DISK_QUEUE_LIMIT,
+            "Bytes the disk write queue admits now (what the writer drains in half of sync_interval).",
+            d.queue_limit as f64,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
 }
 
@@ -313,6 +374,12 @@ pub struct Metrics {
     pub stale_served: [AtomicU64; StaleServed::ALL.len()],
     /// Origin failures by upstream and reason (`origin::failures`).
     pub origin_failures: crate::origin::failures::UpstreamFailures,
+    /// Hits by tier (as `Tier::ALL`).
+    pub tier_hits: [AtomicU64; Tier::ALL.len()],
+    /// Disk hits sent by `sendfile(2)`, their body bytes, and those cut off.
+    pub sendfile_hits: AtomicU64,
+    pub sendfile_bytes: AtomicU64,
+    pub sendfile_aborted: AtomicU64,
 }
 
 /// Store figures, read when rendering.
@@ -374,6 +441,52 @@ impl Metrics {
             inc(&self.shed);
         } else if !matches!(outcome, Outcome::Denied | Outcome::Tunnel | Outcome::None) {
             self.miss_time.observe(elapsed);
+        }
+    }
+
+    /// Counts a hit served from `tier`.
+    pub fn count_tier_hit(&self, tier: Tier) {
+        inc(&self.tier_hits[tier.index()]);
+    }
+
+    /// Appends the hits by tier and the zero-copy counters (with a disk tier).
+    pub fn render_tiers(&self, out: &mut String) {
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {} Hits by the store tier that served them.",
+            names::TIER_HITS
+        );
+        let _ = writeln!(out, "# TYPE {} counter", names::TIER_HITS);
+        for t in Tier::ALL {
+            let _ = writeln!(
+                out,
+                "{}{{tier=\"{}\"}} {}",
+                names::TIER_HITS,
+                t.as_str(),
+                g(&self.tier_hits[t.index()])
+            );
+        }
+        for (name, help, v) in [
+            (
+                names::DISK_SENDFILE_HITS,
+                "Disk hits sent with sendfile from the data file.",
+                g(&self.sendfile_hits),
+            ),
+            (
+                names::DISK_SENDFILE_BYTES,
+                "Body bytes sent with sendfile.",
+                g(&self.sendfile_bytes),
+            ),
+            (
+                names::DISK_SENDFILE_ABORTED,
+                "Sendfile hits cut off because their region was reclaimed meanwhile.",
+                g(&self.sendfile_aborted),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {v}");
         }
     }
 

@@ -30,6 +30,15 @@ pub enum ReplyBody {
     },
     /// An origin response passed through without storing.
     Origin(Box<PassBody>),
+    /// A body on disk, sent from the data file with `sendfile` (see `trove_disk::DiskBody`).
+    Disk(Box<DiskReply>),
+}
+
+/// A disk body to send, and the counters its send reports to.
+#[derive(Debug)]
+pub struct DiskReply {
+    pub body: trove_disk::DiskBody,
+    pub metrics: Arc<Metrics>,
 }
 
 /// An origin body passed through to one client, and what to do if that client goes away.

@@ -128,8 +128,9 @@ pub struct DiskSettings {
     /// Bytes of disk over all paths; a unit is required (`"10GiB"`).
     #[serde(deserialize_with = "de_size")]
     pub size: u64,
-    /// `fdatasync` at least this often while writing: the most acknowledged writes a power
-    /// loss can take (a `kill -9` takes only what was still queued). Default 1s.
+    /// The crash bound (see `trove_disk`'s writer): a `kill -9` loses at most the objects
+    /// acknowledged (taken into the disk write queue) in the last `sync_interval`, a power
+    /// loss the last two; the queue sheds what the writer would not reach in time. Default 1s.
     #[serde(
         default = "DiskSettings::default_sync",
         deserialize_with = "de_duration"
@@ -141,6 +142,15 @@ pub struct DiskSettings {
     /// `"fifo-reinsert"` (default: keep what was hit when its region is reclaimed) or `"fifo"`.
     #[serde(default, deserialize_with = "de_reclaim")]
     pub reclaim: trove_disk::Reclaim,
+    /// Disk hits with a body of at least this many bytes are sent to the client with
+    /// `sendfile(2)` straight from the data file and are not promoted into memory; smaller
+    /// ones are read into the memory tier. Default 64KiB; a size above `region_size` turns
+    /// sendfile off.
+    #[serde(
+        default = "DiskSettings::default_sendfile_min",
+        deserialize_with = "de_size"
+    )]
+    pub sendfile_min: u64,
 }
 
 impl DiskSettings {
@@ -149,6 +159,9 @@ impl DiskSettings {
     }
     fn default_region() -> u64 {
         16 << 20
+    }
+    fn default_sendfile_min() -> u64 {
+        64 << 10
     }
 
     /// The disk tier's own config.

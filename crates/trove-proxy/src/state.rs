@@ -300,6 +300,7 @@ impl Shared {
         if self.disk.is_some() || self.disk_unavailable {
             let stats = self.disk.as_ref().map(|t| t.disk().stats());
             crate::metrics::render_disk(&mut out, stats.as_ref());
+            self.metrics.render_tiers(&mut out);
         }
         out
     }

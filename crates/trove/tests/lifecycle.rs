@@ -1,97 +1,27 @@
 //! Running trove as an operator does: a real child process, signalled with `trove reload`,
 //! `trove rotate` and `trove stop` (SIGHUP, SIGUSR1, SIGTERM) while clients use it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A `trove serve` child; its stderr lines are collected as they come.
-struct Trove {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    config: PathBuf,
-    dir: PathBuf,
-}
+use common::{cacheable, free_port, origin_with, target_of, trove, TempDir, Trove};
 
-impl Drop for Trove {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trove-lifecycle-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn trove() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trove"))
-}
-
-impl Trove {
-    fn start(dir: &Path, config: &str) -> Trove {
-        let path = dir.join("trove.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut child = trove()
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let l = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                l.lock().unwrap().push(line);
-            }
-        });
-        let t = Trove {
-            child,
-            lines,
-            config: path,
-            dir: dir.to_path_buf(),
-        };
-        assert!(
-            t.wait_line(|l| l.starts_with("listening ")).is_some(),
-            "trove started: {:?}",
-            t.lines()
-        );
-        t
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// Waits (10 s at most) for a stderr line not seen before `from`… any line matching.
-    fn wait_line(&self, f: impl Fn(&str) -> bool) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(l) = self.lines().into_iter().find(|l| f(l)) {
-                return Some(l);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-
-    fn count_lines(&self, f: impl Fn(&str) -> bool) -> usize {
-        self.lines().iter().filter(|l| f(l)).count()
-    }
-
+/// What an operator does to a running trove.
+trait Operate {
     /// `trove <what> --config <file>` if the config names a pid file, else `trove <what>
     /// --pid <id>`, as an operator types it.
+    fn ask(&self, what: &str);
+    /// Replaces its config file (for the next reload).
+    fn rewrite(&self, config: &str);
+}
+
+impl Operate for Trove {
     fn ask(&self, what: &str) {
         let mut cmd = trove();
         cmd.arg(what);
@@ -114,60 +44,19 @@ impl Trove {
     fn rewrite(&self, config: &str) {
         std::fs::write(&self.config, config).unwrap();
     }
-
-    /// Waits (`limit` at most) for the process to exit.
-    fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
 }
 
 /// An origin answering every request with `name` and the path, cacheable for 5 minutes,
 /// after `delay`; counts requests.
 fn origin(name: &'static str, delay: Duration) -> (String, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let h = Arc::clone(&hits);
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let h = Arc::clone(&h);
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                loop {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut tmp) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                        }
-                    }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    buf.drain(..end + 4);
-                    h.fetch_add(1, Ordering::SeqCst);
-                    std::thread::sleep(delay);
-                    let path = head.split(' ').nth(1).unwrap_or("").to_string();
-                    let body = format!("{name} {path}\n");
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncache-control: max-age=300\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if s.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, hits)
+    origin_with(move |head| {
+        std::thread::sleep(delay);
+        cacheable(
+            format!("{name} {}\n", target_of(head)).as_bytes(),
+            300,
+            Some("text/plain"),
+        )
+    })
 }
 
 /// A keep-alive client connection that reads whole responses (Content-Length framed).
@@ -243,17 +132,12 @@ fn reverse_config(listen: &[&str], upstream: &str, extra: &str) -> String {
     c
 }
 
-fn free_port() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// A reload applies new routes and listeners, keeps the cache and the open connections
 /// (they move to the new config at their next request), and a bad file is refused with
 /// every problem named while the running config goes on serving.
 #[test]
 fn reload_applies_routes_and_listeners_keeps_cache_and_connections() {
-    let dir = temp_dir("reload");
+    let dir = TempDir::new("lifecycle-reload");
     let (a, a_hits) = origin("A", Duration::ZERO);
     let (b, b_hits) = origin("B", Duration::ZERO);
     let first = free_port();
@@ -343,7 +227,7 @@ fn reload_applies_routes_and_listeners_keeps_cache_and_connections() {
 /// Reloads under keep-alive load lose no request: every response arrives whole.
 #[test]
 fn reloads_under_keep_alive_load_lose_no_request() {
-    let dir = temp_dir("reload-load");
+    let dir = TempDir::new("lifecycle-reload-load");
     let (a, _) = origin("A", Duration::ZERO);
     let (b, _) = origin("B", Duration::ZERO);
     let addr = free_port();
@@ -402,7 +286,7 @@ fn reloads_under_keep_alive_load_lose_no_request() {
 /// file, as logrotate expects.
 #[test]
 fn rotate_reopens_the_access_log() {
-    let dir = temp_dir("rotate");
+    let dir = TempDir::new("lifecycle-rotate");
     let (a, _) = origin("A", Duration::ZERO);
     let addr = free_port();
     let log = dir.join("access.log");
@@ -447,7 +331,7 @@ fn rotate_reopens_the_access_log() {
 /// exit status 0.
 #[test]
 fn stop_finishes_requests_in_flight_then_exits() {
-    let dir = temp_dir("stop");
+    let dir = TempDir::new("lifecycle-stop");
     let (slow, slow_hits) = origin("S", Duration::from_millis(1500));
     let addr = free_port();
     let log = dir.join("access.log");
@@ -504,7 +388,7 @@ fn stop_finishes_requests_in_flight_then_exits() {
 /// pid file refuses to start while the first runs.
 #[test]
 fn second_stop_is_immediate_and_pid_file_guards_a_second_instance() {
-    let dir = temp_dir("stop-twice");
+    let dir = TempDir::new("lifecycle-stop-twice");
     let (hang, hang_hits) = origin("H", Duration::from_secs(60));
     let addr = free_port();
     let pid = dir.join("trove.pid");
@@ -561,7 +445,7 @@ fn second_stop_is_immediate_and_pid_file_guards_a_second_instance() {
 /// `trove_origin_failures_total{upstream,reason}`.
 #[test]
 fn a_failing_upstream_is_named_everywhere_an_operator_looks() {
-    let dir = temp_dir("origin-fails");
+    let dir = TempDir::new("lifecycle-origin-fails");
     let dead = free_port(); // bound, then closed: connections are refused
     let addr = free_port();
     let log = dir.join("access.log");
@@ -639,7 +523,7 @@ fn a_failing_upstream_is_named_everywhere_an_operator_looks() {
 /// capacity shows in the metrics.
 #[test]
 fn reload_changes_the_cache_budget_and_keeps_the_objects() {
-    let dir = temp_dir("budget");
+    let dir = TempDir::new("lifecycle-budget");
     let (a, a_hits) = origin("A", Duration::ZERO);
     let addr = free_port();
     let config = |memory: &str| {

@@ -1,152 +1,48 @@
 //! The `trove` program as a user runs it: started from the command line with a config file,
 //! used as a forward proxy, watched through its access log and `/metrics`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-struct Running {
-    child: Child,
-    proxy: String,
-    admin: String,
-}
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{cacheable, origin_with, request, trove, wait_for, TempDir, Trove};
 
-fn temp_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "trove-bin-test-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Starts `trove serve` and reads the bound addresses it prints on stderr.
-fn start(config: &str) -> Running {
-    let dir = temp_dir();
-    let path = dir.join("trove.toml");
-    std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trove"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let (mut proxy, mut admin) = (String::new(), String::new());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (proxy.is_empty() || admin.is_empty()) && Instant::now() < deadline {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if let Some(a) = line.trim().strip_prefix("listening forward ") {
-            proxy = a.to_string();
-        }
-        if let Some(a) = line.trim().strip_prefix("admin listening ") {
-            admin = a.to_string();
-        }
-    }
-    assert!(
-        !proxy.is_empty() && !admin.is_empty(),
-        "trove printed its addresses"
-    );
-    Running {
-        child,
-        proxy,
-        admin,
-    }
-}
-
-/// An origin answering every request with a cacheable body; counts requests.
-fn origin() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let h = hits.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let h = h.clone();
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                loop {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut tmp) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                        }
-                    }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                    buf.drain(..end + 4);
-                    h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let body = "hello from the origin\n";
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncache-control: max-age=300\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if s.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, hits)
-}
-
-/// One request on a new connection; returns the whole response text.
-fn request(addr: &str, raw: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(raw.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn wait_for(mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
+/// A forward proxy with an admin listener on ports of its own.
+fn start(dir: &TempDir, extra: &str) -> Trove {
+    Trove::start(
+        dir.path(),
+        &format!(
+            "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}"
+        ),
+    )
 }
 
 #[test]
 fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
-    let (origin, hits) = origin();
-    let dir = temp_dir();
-    let log = dir.join("access.log");
-    let trove = start(&format!(
-        "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess = \"{}\"\n",
-        log.display()
-    ));
+    let (origin, hits) =
+        origin_with(|_| cacheable(b"hello from the origin\n", 300, Some("text/plain")));
+    let dir = TempDir::new("serve-hit");
+    let log = dir.path().join("access.log");
+    let trove = start(&dir, &format!("[log]\naccess = \"{}\"\n", log.display()));
+    let (proxy, admin) = (trove.proxy(), trove.admin());
     let req =
         format!("GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n");
-    let first = request(&trove.proxy, &req);
-    let second = request(&trove.proxy, &req);
+    let first = request(&proxy, &req);
+    let second = request(&proxy, &req);
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     assert!(second.ends_with("hello from the origin\n"), "{second}");
-    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
-    assert!(wait_for(|| std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        >= 2));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    assert!(wait_for(
+        Duration::from_secs(5),
+        || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 2
+    ));
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].contains(" TCP_MISS/200 "), "{}", lines[0]);
@@ -154,12 +50,12 @@ fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
     assert!(lines[1].contains(&format!("GET http://{origin}/page")));
 
     let metrics = request(
-        &trove.admin,
+        &admin,
         "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert!(metrics.contains("trove_hits_total 1"), "{metrics}");
     let page = request(
-        &trove.admin,
+        &admin,
         "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert!(
@@ -170,10 +66,10 @@ fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
 
 #[test]
 fn unknown_config_key_is_refused_with_its_name() {
-    let dir = temp_dir();
-    let path = dir.join("bad.toml");
+    let dir = TempDir::new("serve-unknown-key");
+    let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[cache]\nmemroy = \"1GiB\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+    let out = trove()
         .args(["serve", "--config"])
         .arg(&path)
         .output()
@@ -186,7 +82,7 @@ fn unknown_config_key_is_refused_with_its_name() {
 #[test]
 fn check_accepts_the_shipped_example_config() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../trove.example.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+    let out = trove()
         .args(["serve", "--check", "--config", example])
         .output()
         .unwrap();
@@ -199,10 +95,10 @@ fn check_accepts_the_shipped_example_config() {
 
 /// `trove serve --check` with `key = "0s"` in `[section]`: the error must name the key.
 fn check_refuses_zero(section: &str, key: &str) {
-    let dir = temp_dir();
-    let path = dir.join(format!("zero-{key}.toml"));
+    let dir = TempDir::new(&format!("serve-zero-{section}-{key}"));
+    let path = dir.path().join(format!("zero-{key}.toml"));
     std::fs::write(&path, format!("[{section}]\n{key} = \"0s\"\n")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_trove"))
+    let out = trove()
         .args(["serve", "--check", "--config"])
         .arg(&path)
         .output()
@@ -235,14 +131,14 @@ fn zero_durations_are_refused_with_their_names() {
 /// (`tokio::time::interval(0)`); it must be refused before anything listens.
 #[test]
 fn zero_origin_pool_idle_timeout_is_refused_at_start_up_without_a_panic() {
-    let dir = temp_dir();
-    let path = dir.join("zero-idle.toml");
+    let dir = TempDir::new("serve-zero-idle");
+    let path = dir.path().join("zero-idle.toml");
     std::fs::write(
         &path,
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"\"\n[origin_pool]\nidle_timeout = \"0s\"\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_trove"))
+    let mut child = trove()
         .args(["serve", "--config"])
         .arg(&path)
         .stderr(Stdio::piped())
@@ -279,10 +175,9 @@ fn zero_origin_pool_idle_timeout_is_refused_at_start_up_without_a_panic() {
 /// client.
 #[test]
 fn the_admin_listener_is_not_reachable_through_the_forward_proxy() {
-    let trove = start(
-        "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\naccess = \"\"\n",
-    );
-    let admin = &trove.admin;
+    let dir = TempDir::new("serve-admin-ssrf");
+    let trove = start(&dir, "[log]\naccess = \"\"\n");
+    let admin = &trove.admin();
     let port = admin.rsplit(':').next().unwrap();
     for url in [
         format!("http://{admin}/metrics"),
@@ -290,7 +185,7 @@ fn the_admin_listener_is_not_reachable_through_the_forward_proxy() {
         format!("http://localhost:{port}/metrics"),
     ] {
         let r = request(
-            &trove.proxy,
+            &trove.proxy(),
             &format!("GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
         );
         assert!(r.starts_with("HTTP/1.1 403"), "{url}: {r}");
@@ -327,14 +222,16 @@ fn request_from(from: &str, addr: &str, raw: &str) -> String {
 /// The admin listener has its own ACL: `[admin] allow`, checked on accept.
 #[test]
 fn the_admin_listener_refuses_peers_outside_admin_allow() {
-    let trove = start(
+    let dir = TempDir::new("serve-admin-allow");
+    let trove = Trove::start(
+        dir.path(),
         "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\nallow = [\"127.0.0.1/32\"]\n[log]\naccess = \"\"\n",
     );
     let get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    let refused = request_from("127.0.0.2", &trove.admin, get);
+    let refused = request_from("127.0.0.2", &trove.admin(), get);
     assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
     assert!(!refused.contains("trove_requests_total"), "{refused}");
-    let allowed = request_from("127.0.0.1", &trove.admin, get);
+    let allowed = request_from("127.0.0.1", &trove.admin(), get);
     assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
     assert!(
         allowed.contains("trove_admin_connections_refused_total 1"),
@@ -347,8 +244,8 @@ fn the_admin_listener_refuses_peers_outside_admin_allow() {
 /// "No such file or directory".
 #[test]
 fn check_reports_every_problem_by_key_including_the_log_path() {
-    let dir = temp_dir();
-    let path = dir.join("bad.toml");
+    let dir = TempDir::new("serve-every-problem");
+    let path = dir.path().join("bad.toml");
     std::fs::write(
         &path,
         "[log]\naccess = \"/nonexistent/dir/access.log\"\n[timeouts]\nconnect = \"5\"\n\
@@ -359,11 +256,7 @@ fn check_reports_every_problem_by_key_including_the_log_path() {
         &["serve", "--check", "--config"][..],
         &["serve", "--config"][..],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_trove"))
-            .args(args)
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = trove().args(args).arg(&path).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         for want in [

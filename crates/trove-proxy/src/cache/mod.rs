@@ -36,7 +36,7 @@ use trove_cache::respond::{self, OnFailure, OnResponse, OnValidation};
 use trove_cache::resume;
 use trove_cache::{
     lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
-    ResponseHead, Rules, CACHE_STATUS,
+    ResponseHead, Rules, Tier, CACHE_STATUS,
 };
 use trove_store::{Labels, Object, ObjectHead, Removal, Verdict};
 
@@ -47,7 +47,7 @@ use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
 use crate::origin::{
     body_channel, Failed, InterimSlot, OriginError, OriginRequestBody, OriginResponse,
 };
-use crate::reply::{Detach, PassBody, Reply, ReplyBody, Resume};
+use crate::reply::{Detach, DiskReply, PassBody, Reply, ReplyBody, Resume};
 use crate::settings::Mode;
 use crate::state::Shared;
 use crate::upstream::Chooser;
@@ -262,7 +262,19 @@ fn destination_refused(why: Refusal) -> Reply {
 
 /// Lookup, then the step the core's verdict calls for.
 async fn cacheable(cx: &Ctx<'_>) -> Reply {
-    promote(cx).await;
+    // Not in memory but maybe on disk (no I/O to tell).
+    let on_disk = cx
+        .shared
+        .disk
+        .as_ref()
+        .is_some_and(|t| t.should_promote(cx.key()));
+    let mut tier = Tier::Memory;
+    if on_disk {
+        if let Some(reply) = sendfile_hit(cx).await {
+            return reply;
+        }
+        tier = promote(cx).await;
+    }
     let now = fetch::now();
     let store = &*cx.shared.store;
     let policy = cx.rules().policy;
@@ -283,6 +295,8 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
             if revalidate {
                 background_revalidate(cx, &obj);
             }
+            let (outcome, status) = by_tier(tier, outcome, status);
+            cx.shared.metrics.count_tier_hit(tier);
             hit(cx, &obj, outcome, status, now)
         }
         Action::OnlyIfCached => {
@@ -307,25 +321,91 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
     }
 }
 
-/// A memory miss the disk tier may hold is loaded into memory first, verified, on the
-/// blocking pool (the cache core never does I/O), so the core's lookup finds it like any
-/// stored object. A large body is inserted at once and filled from disk behind it, clients
-/// following it as it is read.
-async fn promote(cx: &Ctx<'_>) {
+/// A memory miss the disk tier may hold (`Tiered::should_promote`) is loaded into memory
+/// first, verified, on the blocking pool (the cache core never does I/O), so the core's
+/// lookup finds it like any stored object. A large body is inserted at once and filled from disk behind it, clients
+/// following it as it is read. Returns the tier a hit that follows is served from: the
+/// disk when this request read the key from it (the object was not in memory).
+async fn promote(cx: &Ctx<'_>) -> Tier {
     let Some(tiered) = &cx.shared.disk else {
-        return;
+        return Tier::Memory;
     };
-    if !tiered.should_promote(cx.key()) {
-        return;
-    }
     let t = Arc::clone(tiered);
     let key = cx.key().to_string();
     let Ok(fills) = tokio::task::spawn_blocking(move || t.promote(&key)).await else {
-        return;
+        return Tier::Memory;
     };
     for f in fills {
         let t = Arc::clone(tiered);
         tokio::task::spawn_blocking(move || t.fill(f));
+    }
+    Tier::Disk
+}
+
+/// A memory miss whose object lies on disk with a body of at least `[cache.disk]
+/// sendfile_min` bytes, asked for by a plain GET (no `Range`): its head is read and the
+/// record verified on the blocking pool (`trove_disk::zero_copy`), the core judges it as it
+/// would a stored object, and a fresh hit is answered with the body sent from the data
+/// file by `sendfile`, not promoted into memory. Anything else the core decides (stale,
+/// revalidate, …) is left to the ordinary path (`None`), which promotes the object.
+async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
+    let tiered = cx.shared.disk.as_ref()?;
+    let min = cx.shared.settings.cache.disk.as_ref()?.sendfile_min;
+    if cx.req.method != Method::GET || cx.req.headers.contains_key(header::RANGE) {
+        return None;
+    }
+    let t = Arc::clone(tiered);
+    let key = cx.key().to_string();
+    let found = tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
+        .await
+        .ok()??;
+    let trove_disk::OnDisk { head, body } = found;
+    let stored = Arc::new(Object::new(
+        cx.key().to_string(),
+        String::new(),
+        head,
+        trove_store::Body::new(Some(body.len())),
+    ));
+    let now = fetch::now();
+    let store = &*cx.shared.store;
+    let judged = lookup::judge(store, vec![stored], cx.core(), cx.rules().policy, now);
+    let Action::Serve {
+        obj,
+        outcome: Outcome::MemHit,
+        status,
+        revalidate: false,
+    } = decide::after_lookup(cx.core(), judged, cx.rules(), Memo::Unknown)
+    else {
+        return None;
+    };
+    let (outcome, status) = by_tier(Tier::Disk, Outcome::MemHit, status);
+    let mut reply = deliver::stored(&obj, cx.core(), now, outcome, status, None);
+    match reply.body {
+        // The whole body, as the object's (empty) body would have been read.
+        ReplyBody::Stored { .. } => {
+            reply.body = ReplyBody::Disk(Box::new(DiskReply {
+                body,
+                metrics: Arc::clone(&cx.shared.metrics),
+            }))
+        }
+        // 304 or 412: no body.
+        ReplyBody::Empty { .. } | ReplyBody::Bytes(_) => {}
+        ReplyBody::Origin(_) | ReplyBody::Disk(_) => return None,
+    }
+    cx.shared.metrics.count_tier_hit(Tier::Disk);
+    Some(reply)
+}
+
+/// How a hit is logged by the tier it came from: a fresh hit read from disk is Squid's
+/// `TCP_HIT` with `detail=disk` in `Cache-Status`, a memory one `TCP_MEM_HIT`; other kinds
+/// of hit (stale, 304, negative) keep their codes whatever the tier.
+fn by_tier(tier: Tier, outcome: Outcome, status: CacheStatus) -> (Outcome, CacheStatus) {
+    match (tier, outcome) {
+        (Tier::Disk, Outcome::MemHit) => (
+            Outcome::DiskHit,
+            status.with_detail(trove_cache::Detail::Disk),
+        ),
+        _ => (outcome, status),
     }
 }
 

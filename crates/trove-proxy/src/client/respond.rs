@@ -5,7 +5,7 @@ use http::{Method, StatusCode, Version};
 use tokio::io::AsyncWrite;
 use trove_store::{BodyError, BodyReader};
 
-use crate::client::write::{ClientWriter, OutFraming};
+use crate::client::write::{ClientWriter, DiskSendError, OutFraming, Sink};
 use crate::reply::{Reply, ReplyBody};
 
 /// How writing went.
@@ -24,7 +24,7 @@ fn no_body_status(status: StatusCode) -> bool {
 }
 
 /// Writes `reply` for a request with `method` from a client speaking `version`.
-pub async fn write_reply<W: AsyncWrite + Unpin>(
+pub async fn write_reply<W: Sink>(
     w: &mut ClientWriter<W>,
     reply: Reply,
     method: &Method,
@@ -34,7 +34,7 @@ pub async fn write_reply<W: AsyncWrite + Unpin>(
     write_inner(w, reply, method, version, keep_alive).await
 }
 
-async fn write_inner<W: AsyncWrite + Unpin>(
+async fn write_inner<W: Sink>(
     w: &mut ClientWriter<W>,
     reply: Reply,
     method: &Method,
@@ -62,6 +62,7 @@ async fn write_inner<W: AsyncWrite + Unpin>(
         ReplyBody::Bytes(b) => Some(b.len() as u64),
         ReplyBody::Stored { reader, end, .. } => end.map(|e| e.saturating_sub(reader.position())),
         ReplyBody::Origin(pass) => pass.resp.content_length(),
+        ReplyBody::Disk(d) => Some(d.body.len()),
     };
     if head_only {
         let framing = OutFraming::NoBody {
@@ -188,6 +189,24 @@ async fn write_inner<W: AsyncWrite + Unpin>(
                 return failed;
             }
             finish(w, chunked, must_close).await
+        }
+        ReplyBody::Disk(d) => {
+            use std::sync::atomic::Ordering::Relaxed;
+            match w
+                .send_disk(status, &headers, wire, keep_alive, version, &d.body)
+                .await
+            {
+                Ok(()) => {
+                    d.metrics.sendfile_hits.fetch_add(1, Relaxed);
+                    d.metrics.sendfile_bytes.fetch_add(d.body.len(), Relaxed);
+                    finish(w, false, must_close).await
+                }
+                Err(DiskSendError::Reused) => {
+                    d.metrics.sendfile_aborted.fetch_add(1, Relaxed);
+                    failed
+                }
+                Err(DiskSendError::Io(_)) => failed,
+            }
         }
         ReplyBody::Origin(mut pass) => {
             if w.send_head(status, &headers, wire, framing, keep_alive, version, None)

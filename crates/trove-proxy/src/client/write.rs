@@ -30,6 +30,33 @@ impl OutFraming {
     }
 }
 
+/// What a [`ClientWriter`] writes to: any byte sink, and for a plain TCP connection the
+/// socket itself, which bodies on disk are `sendfile`d to.
+pub trait Sink: AsyncWrite + Unpin {
+    /// The TCP socket under this writer, if there is one.
+    fn tcp(&self) -> Option<&tokio::net::TcpStream> {
+        None
+    }
+}
+
+impl Sink for tokio::net::tcp::OwnedWriteHalf {
+    fn tcp(&self) -> Option<&tokio::net::TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+impl Sink for Vec<u8> {}
+
+/// Why sending a body from disk failed.
+#[derive(Debug)]
+pub enum DiskSendError {
+    /// The record's region was reclaimed while it was sent: the connection was reset so
+    /// the client can't take what it got for the whole body.
+    Reused,
+    /// The client or the file failed (or the client took too long).
+    Io(std::io::Error),
+}
+
 /// The write half of a client connection, counting bytes sent.
 #[derive(Debug)]
 pub struct ClientWriter<W> {
@@ -226,6 +253,125 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
     pub async fn flush(&mut self) -> std::io::Result<()> {
         self.io.flush().await
     }
+}
+
+impl<W: Sink> ClientWriter<W> {
+    /// Writes a head announcing `len` body bytes, then that body from disk: with
+    /// `sendfile(2)` on a TCP socket (the head sent with `MSG_MORE`, so it shares a segment
+    /// with the first body bytes), else read and written. See `trove_disk::zero_copy` for
+    /// why the region is checked after every call and why the last bytes go from memory.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send_disk(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        wire: &[u8],
+        keep_alive: bool,
+        client_version: Version,
+        body: &trove_disk::DiskBody,
+    ) -> Result<(), DiskSendError> {
+        let len = body.len();
+        self.head.clear();
+        encode_head(
+            &mut self.head,
+            status,
+            headers,
+            wire,
+            OutFraming::Length(len),
+            keep_alive,
+            client_version,
+        );
+        let head = self.head.split().freeze();
+        let split = len - len.min(trove_disk::TAIL);
+        let timeout = self.timeout;
+        let Some(tcp) = self.io.tcp() else {
+            self.sent += head.len() as u64;
+            let mut h = head;
+            tokio::time::timeout(timeout, self.io.write_all_buf(&mut h))
+                .await
+                .map_err(|_| DiskSendError::Io(timed_out()))?
+                .map_err(DiskSendError::Io)?;
+            let mut at = 0;
+            while at < len {
+                let to = (at + (256 << 10)).min(len);
+                let b = body.read(at, to).map_err(disk_error)?;
+                self.send_body(b, false).await.map_err(DiskSendError::Io)?;
+                at = to;
+            }
+            return Ok(());
+        };
+        let mut done = 0;
+        while done < head.len() {
+            let n = tokio::time::timeout(
+                timeout,
+                tcp.async_io(tokio::io::Interest::WRITABLE, || {
+                    rustix::net::send(
+                        tcp,
+                        &head[done..],
+                        rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL,
+                    )
+                    .map_err(std::io::Error::from)
+                }),
+            )
+            .await
+            .map_err(|_| DiskSendError::Io(timed_out()))?
+            .map_err(DiskSendError::Io)?;
+            done += n;
+        }
+        self.sent += head.len() as u64;
+        let (file, base) = body.file();
+        let mut offset = base;
+        let end = base + split;
+        while offset < end {
+            let want = (end - offset).min(1 << 30) as usize;
+            let n = tokio::time::timeout(
+                timeout,
+                tcp.async_io(tokio::io::Interest::WRITABLE, || {
+                    rustix::fs::sendfile(tcp, file, Some(&mut offset), want)
+                        .map_err(std::io::Error::from)
+                }),
+            )
+            .await
+            .map_err(|_| DiskSendError::Io(timed_out()))?
+            .map_err(DiskSendError::Io)?;
+            if !body.intact() {
+                reset(tcp);
+                return Err(DiskSendError::Reused);
+            }
+            if n == 0 {
+                return Err(DiskSendError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "data file shorter than the record",
+                )));
+            }
+            self.sent += n as u64;
+        }
+        let tail = match body.read(split, len) {
+            Ok(t) => t,
+            Err(e) if trove_disk::is_reused(&e) => {
+                if let Some(tcp) = self.io.tcp() {
+                    reset(tcp);
+                }
+                return Err(DiskSendError::Reused);
+            }
+            Err(e) => return Err(DiskSendError::Io(e)),
+        };
+        self.send_body(tail, false).await.map_err(DiskSendError::Io)
+    }
+}
+
+fn disk_error(e: std::io::Error) -> DiskSendError {
+    if trove_disk::is_reused(&e) {
+        DiskSendError::Reused
+    } else {
+        DiskSendError::Io(e)
+    }
+}
+
+/// Makes the coming close a reset (`SO_LINGER` 0): what is still queued for the client
+/// is dropped, not delivered.
+fn reset(tcp: &tokio::net::TcpStream) {
+    let _ = rustix::net::sockopt::set_socket_linger(tcp, Some(std::time::Duration::ZERO));
 }
 
 fn chunk_prefix(len: usize) -> Bytes {

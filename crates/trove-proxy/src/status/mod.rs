@@ -352,6 +352,16 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
         );
     }
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    if shared.disk.is_some() {
+        let _ = write!(
+            out,
+            r#"</table><p>Hits by tier: memory {}, disk {} (of those sent with sendfile {}, cut off by a reclaimed region {}).</p><table>"#,
+            g(&m.tier_hits[trove_cache::Tier::Memory.index()]),
+            g(&m.tier_hits[trove_cache::Tier::Disk.index()]),
+            g(&m.sendfile_hits),
+            g(&m.sendfile_aborted),
+        );
+    }
     let _ = write!(
         out,
         r#"</table><p class="muted">Hit ratios count cacheable traffic only: every result but TCP_TUNNEL, TCP_DENIED, TCP_PURGE, TCP_SHED and NONE_NONE. Malformed requests {}, shed {}, client connections accepted {} (requests on reused ones {}), origin connections opened {} (reused {}, idle in pool {}).</p>

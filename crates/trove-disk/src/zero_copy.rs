@@ -1,0 +1,266 @@
+//! Disk hits sent to the client without a userspace copy: the proxy `sendfile(2)`s a
+//! record's body from the data file at its offset ([`DiskBody`]), the way nginx serves a
+//! cache file, instead of reading it into memory first.
+//!
+//! Two promises the rest of the tier makes must still hold, and this is how:
+//!
+//! - **Every read verifies what it reads.** Bytes that go by `sendfile` never pass through
+//!   trove, so they can't be hashed on their way. The first time a record is opened for
+//!   sending in this process's life, its whole body is read once through the page cache
+//!   and the checksum checked (what a promotion would cost); the record is then marked
+//!   *verified* (by region, `seq` and offset, so a reclaimed region's marks are void), and
+//!   later hits on it read only its header and head (one small `pread`, checked against
+//!   the region's current use, the fingerprint and the key) before sending. What this
+//!   gives up: a byte that rots on disk *after* the first verified read of the record
+//!   within this process is not caught. Records are verified again after every restart.
+//! - **Never a byte of a reclaimed region.** A `sendfile` into a TCP socket queues
+//!   *references* to page-cache pages, sent (and re-sent) later; a region being rewritten
+//!   in place would change bytes already "sent". So the writer punches a hole over a
+//!   region as it reclaims it (`fallocate(PUNCH_HOLE)`, `Dir::punch`): the old pages leave
+//!   the file, those still referenced by sockets keep their bytes, and the region's new
+//!   records go to new pages. A `sendfile` that runs *after* the reclaim would read the
+//!   new bytes, so the sender checks [`DiskBody::intact`] after every call (the writer
+//!   retires the region's `seq` before it punches or writes) and resets the connection
+//!   when it fails; and the last [`TAIL`] bytes are read into memory, checked, and only
+//!   then written, so a client can't receive the whole body unless every part of it was
+//!   read while the region was still in the verified use. A directory whose file system
+//!   can't punch holes (probed at start-up) never uses sendfile.
+
+use std::collections::HashSet;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use trove_store::hash::{fingerprint, key_hash};
+
+use crate::format::{FormatError, Kind, RecordHeader, RECORD_HEADER_LEN};
+use crate::index::Loc;
+use crate::reader::{ReadError, CHUNK};
+use crate::store::{DiskStore, Shared};
+
+/// Bytes at the end of a body sent from a verified copy in memory, not by `sendfile`.
+pub const TAIL: u64 = 4096;
+
+/// Records of one region verified since it was last reclaimed.
+#[derive(Default)]
+pub(crate) struct Verified {
+    seq: u64,
+    /// Record offsets / 8.
+    offsets: HashSet<u32>,
+}
+
+/// One [`Verified`] per region.
+pub(crate) fn verified_sets(regions: u32) -> Vec<Mutex<Verified>> {
+    (0..regions)
+        .map(|_| Mutex::new(Verified::default()))
+        .collect()
+}
+
+fn is_verified(shared: &Shared, loc: Loc, seq: u64) -> bool {
+    let v = shared.verified[loc.region() as usize].lock();
+    v.seq == seq && v.offsets.contains(&((loc.offset() / 8) as u32))
+}
+
+fn set_verified(shared: &Shared, loc: Loc, seq: u64) {
+    let mut v = shared.verified[loc.region() as usize].lock();
+    if v.seq != seq {
+        v.seq = seq;
+        v.offsets.clear();
+    }
+    v.offsets.insert((loc.offset() / 8) as u32);
+}
+
+/// A stored object found on disk whose body is to be sent from the data file.
+pub struct OnDisk {
+    pub head: trove_store::ObjectHead,
+    pub body: DiskBody,
+}
+
+/// Where a verified body lies in the data file (see the module docs).
+pub struct DiskBody {
+    shared: Arc<Shared>,
+    region: u32,
+    seq: u64,
+    /// Offset of the body's first byte in its region.
+    start: u64,
+    len: u64,
+}
+
+impl std::fmt::Debug for DiskBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskBody")
+            .field("region", &self.region)
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl DiskBody {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The data file, and the file offset of the body's first byte.
+    pub fn file(&self) -> (BorrowedFd<'_>, u64) {
+        let (file, base) = self.shared.dir.file_at(self.region);
+        (file, base + self.start)
+    }
+
+    /// True while the record's region is still in the use the record was verified in:
+    /// bytes read from the file before this returned true are the record's.
+    pub fn intact(&self) -> bool {
+        self.shared.seqs[self.region as usize].load(Ordering::SeqCst) == self.seq
+    }
+
+    /// Body bytes `from..to`, read into memory; an error if they are not all there or the
+    /// region was reclaimed meanwhile.
+    pub fn read(&self, from: u64, to: u64) -> std::io::Result<Bytes> {
+        let n = to.saturating_sub(from).min(self.len.saturating_sub(from));
+        let v = self
+            .shared
+            .dir
+            .read_vec(self.region, self.start + from, n as usize)?;
+        if (v.len() as u64) < n {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "record truncated",
+            ));
+        }
+        if !self.intact() {
+            return Err(reused());
+        }
+        Ok(Bytes::from(v))
+    }
+}
+
+/// The region was reclaimed while its record was being sent.
+#[derive(Debug, thiserror::Error)]
+#[error("region reclaimed while its record was being sent")]
+struct Reused;
+
+fn reused() -> std::io::Error {
+    std::io::Error::other(Reused)
+}
+
+/// True for the error [`DiskBody::read`] returns when the region was reclaimed.
+pub fn is_reused(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Reused>())
+}
+
+impl DiskStore {
+    /// The unvaried object of `key`, if on disk with a body of at least `min_len` bytes,
+    /// verified (see the module docs), its body left on disk to be sent from the file
+    /// (blocking I/O: call it from a blocking pool). `None` when there is none, when the
+    /// key has variants, when the body is smaller, or when this directory can't do
+    /// zero-copy sends. A corrupt record is dropped and counted, as on any read.
+    pub fn open_body(&self, key: &str, min_len: u64) -> Option<OnDisk> {
+        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
+            return None;
+        }
+        if !self.shared.varied.get(key_hash(key)).is_empty() {
+            return None;
+        }
+        let fp = fingerprint(key, "");
+        let loc = self.shared.index.get(fp)?;
+        match open(&self.shared, fp, loc, key, min_len) {
+            Ok(Some(found)) => {
+                self.shared.index.mark_accessed(fp);
+                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                Some(found)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.drop_corrupt(fp, loc, &e);
+                None
+            }
+        }
+    }
+}
+
+fn open(
+    shared: &Arc<Shared>,
+    fp: u64,
+    loc: Loc,
+    key: &str,
+    min_len: u64,
+) -> Result<Option<OnDisk>, ReadError> {
+    let region = loc.region();
+    let seq = shared.seqs[region as usize].load(Ordering::SeqCst);
+    if seq == 0 {
+        return Ok(None);
+    }
+    let room = shared.dir.region_size() - loc.offset();
+    let b = shared
+        .dir
+        .read_vec(region, loc.offset(), 4096.min(room) as usize)?;
+    let h = RecordHeader::decode(&b, seq, room)?;
+    if h.kind != Kind::Object || h.fingerprint != fp || h.variant_len != 0 {
+        return Ok(None);
+    }
+    if h.body_len < min_len {
+        return Ok(None);
+    }
+    let head_len = RECORD_HEADER_LEN as u64 + h.key_len as u64;
+    let meta_end = head_len + h.meta_len as u64;
+    let b = if (b.len() as u64) < meta_end {
+        shared
+            .dir
+            .read_vec(region, loc.offset(), meta_end as usize)?
+    } else {
+        b
+    };
+    if (b.len() as u64) < meta_end {
+        return Err(FormatError::Bounds.into());
+    }
+    if &b[RECORD_HEADER_LEN..head_len as usize] != key.as_bytes() {
+        return Ok(None);
+    }
+    let b = Bytes::from(b);
+    let meta = b.slice(head_len as usize..meta_end as usize);
+    let start = loc.offset() + meta_end;
+    if !is_verified(shared, loc, seq) {
+        let mut hasher = h.hasher();
+        hasher.update(&b[RECORD_HEADER_LEN..meta_end as usize]);
+        let mut buf = vec![0u8; h.body_len.min(CHUNK) as usize];
+        let mut at = start;
+        let mut left = h.body_len;
+        while left > 0 {
+            let n = left.min(CHUNK) as usize;
+            let got = shared.dir.read_at(region, at, &mut buf[..n])?;
+            if got < n {
+                return Err(FormatError::Bounds.into());
+            }
+            hasher.update(&buf[..n]);
+            at += n as u64;
+            left -= n as u64;
+        }
+        if shared.seqs[region as usize].load(Ordering::SeqCst) != seq {
+            return Ok(None); // Reclaimed while being verified: what was hashed is a mix.
+        }
+        if hasher.digest() != h.checksum {
+            return Err(FormatError::Checksum.into());
+        }
+        set_verified(shared, loc, seq);
+    }
+    let head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    if shared.seqs[region as usize].load(Ordering::SeqCst) != seq {
+        return Ok(None); // Reclaimed while the head was read: it may be a mix.
+    }
+    Ok(Some(OnDisk {
+        head,
+        body: DiskBody {
+            shared: Arc::clone(shared),
+            region,
+            seq,
+            start,
+            len: h.body_len,
+        },
+    }))
+}
