@@ -27,12 +27,13 @@ use trove_proxy::Shared;
 /// reloads.
 type SharedSource = Box<dyn Fn() -> Option<Arc<Shared>> + Send + Sync>;
 
-/// The admin API: the proxy's shared state, the token, and the largest put accepted.
+/// The admin API: the proxy's shared state, the token, and the largest put accepted (the
+/// last two changed by a reload: [`Api::set_token`], [`Api::set_max_body`]).
 pub struct Api {
     shared: SharedSource,
     /// `None`: the API is disabled (no token configured).
-    token: Option<Vec<u8>>,
-    max_body: u64,
+    token: std::sync::RwLock<Option<Vec<u8>>>,
+    max_body: std::sync::atomic::AtomicU64,
 }
 
 impl Api {
@@ -40,9 +41,25 @@ impl Api {
     pub fn new(shared: Arc<Shared>, token: Option<String>, max_body: u64) -> Api {
         Api {
             shared: Box::new(move || Some(Arc::clone(&shared))),
-            token: token.filter(|t| !t.is_empty()).map(String::into_bytes),
-            max_body,
+            token: std::sync::RwLock::new(token.filter(|t| !t.is_empty()).map(String::into_bytes)),
+            max_body: max_body.into(),
         }
+    }
+
+    /// Takes a new token (a reload); `None` disables the API. Calls already authorized
+    /// finish; the next request on any connection needs the new one.
+    pub fn set_token(&self, token: Option<String>) {
+        let t = token.filter(|t| !t.is_empty()).map(String::into_bytes);
+        *self.token.write().unwrap_or_else(|e| e.into_inner()) = t;
+    }
+
+    /// Takes a new largest put body (a reload).
+    pub fn set_max_body(&self, max_body: u64) {
+        self.max_body.store(max_body, Ordering::Relaxed);
+    }
+
+    fn max_body(&self) -> u64 {
+        self.max_body.load(Ordering::Relaxed)
     }
 
     /// An API over whichever generation is current (after reloads: its settings and named
@@ -54,13 +71,14 @@ impl Api {
     ) -> Api {
         Api {
             shared: Box::new(move || current.get()),
-            token: token.filter(|t| !t.is_empty()).map(String::into_bytes),
-            max_body,
+            token: std::sync::RwLock::new(token.filter(|t| !t.is_empty()).map(String::into_bytes)),
+            max_body: max_body.into(),
         }
     }
 
     fn authorized(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let Some(token) = &self.token else {
+        let guard = self.token.read().unwrap_or_else(|e| e.into_inner());
+        let Some(token) = guard.as_ref() else {
             return Err(Refusal::new(
                 StatusCode::FORBIDDEN,
                 "disabled",
@@ -184,10 +202,11 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
         (&Method::GET | &Method::HEAD, "object", None) => {
             get_object(shared, query.url()?, method == Method::HEAD).await
         }
-        (&Method::DELETE, "object", None) => Ok(json(
-            StatusCode::OK,
-            &manage::delete(shared, query.url()?, now)?,
-        )),
+        (&Method::DELETE, "object", None) => {
+            let ack = manage::delete(shared, query.url()?, now)?;
+            manage::durable(shared, ack.seq).await?;
+            Ok(json(StatusCode::OK, &ack))
+        }
         (&Method::GET, "meta", None) => Ok(json(
             StatusCode::OK,
             &manage::meta(shared, query.url()?, now)?,
@@ -196,10 +215,9 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
             let body = read_body(req, 64 << 10).await?;
             let call: wire::Invalidate =
                 serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-            Ok(json(
-                StatusCode::OK,
-                &manage::invalidate(shared, &call, now)?,
-            ))
+            let ack = manage::invalidate(shared, &call, now)?;
+            manage::durable(shared, ack.seq).await?;
+            Ok(json(StatusCode::OK, &ack))
         }
         (&Method::GET, "tags", Some(tag)) => Ok(json(
             StatusCode::OK,
@@ -339,7 +357,7 @@ async fn read_put(
         }
     }
     manage::key_of(url)?;
-    let max = api.max_body.min(shared.store.max_object());
+    let max = api.max_body().min(shared.store.max_object());
     // A copy of its own: the bytes hyper read share a buffer (kilobytes) with whatever else
     // arrived with them, and the store would keep all of it alive for a one-byte body.
     let body = Bytes::copy_from_slice(&read_body(req, max).await?);

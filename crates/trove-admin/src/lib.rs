@@ -175,11 +175,18 @@ pub struct UnixListener {
     path: std::path::PathBuf,
 }
 
-/// Binds a Unix socket at `path` (a stale socket left by a previous run is replaced;
-/// anything else there is an error), readable and writable by trove's user only.
+/// Binds a Unix socket at `path` (a stale socket left by a previous run is replaced; one
+/// a running process still answers on, or anything else there, is an error), readable and
+/// writable by trove's user only.
 pub fn bind_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use by another process", path.display()),
+            ));
+        }
         if meta.file_type().is_socket() {
             std::fs::remove_file(path)?;
         } else {
@@ -207,10 +214,15 @@ impl UnixListener {
         &self.path
     }
 
-    /// Serves the pages and the API until the runtime stops.
-    pub fn serve(self, source: Arc<dyn Source>, api: Option<Arc<api::Api>>) {
+    /// Serves the pages and the API until the runtime stops or the returned handle is
+    /// aborted (a reload that moves the socket); connections already accepted go on.
+    pub fn serve(
+        self,
+        source: Arc<dyn Source>,
+        api: Option<Arc<api::Api>>,
+    ) -> tokio::task::AbortHandle {
         let listener = self.inner;
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
@@ -223,6 +235,7 @@ impl UnixListener {
                 }
             }
         });
+        task.abort_handle()
     }
 }
 

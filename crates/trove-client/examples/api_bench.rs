@@ -8,6 +8,7 @@
 //! api_bench ENDPOINT TOKEN fill N CONNECTIONS              # N puts tagged "all" and "g<i%1000>"
 //! api_bench ENDPOINT TOKEN ack TAG                         # one tag invalidation's round trip
 //! api_bench ENDPOINT TOKEN bans N                          # N bans that match nothing
+//! api_bench ENDPOINT TOKEN acks N                          # N URL purges in a row: latency
 //! ```
 
 use std::sync::Arc;
@@ -116,6 +117,31 @@ async fn main() {
                     .expect("ban");
             }
             println!("{n} bans in {:.2} s", t.elapsed().as_secs_f64());
+        }
+        "acks" => {
+            // Acknowledgement latency of sequential URL invalidations on one kept-alive
+            // connection (with a disk tier each waits for the journal's fdatasync).
+            let n: usize = args[4].parse().expect("n");
+            let c = Client::new(endpoint, Some(&token));
+            c.stats().await.expect("warm connection");
+            let mut lat = Vec::with_capacity(n);
+            let t = Instant::now();
+            for i in 0..n {
+                let t0 = Instant::now();
+                c.purge_url(&format!("http://bench/ack/{i}"), Mode::Hard)
+                    .await
+                    .expect("purge");
+                lat.push(t0.elapsed());
+            }
+            let wall = t.elapsed();
+            lat.sort();
+            let at = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
+            println!(
+                "{n} acks: median {} us, p99 {} us, {:.0} acks/s",
+                at(0.5).as_micros(),
+                at(0.99).as_micros(),
+                n as f64 / wall.as_secs_f64()
+            );
         }
         other => panic!("unknown command {other}"),
     }

@@ -36,6 +36,12 @@ pub enum OpenError {
          run a newer trove, or empty the directory to start afresh"
     )]
     NewerFormat { path: PathBuf, found: u16 },
+    /// The invalidation journal was written by a newer trove.
+    #[error(
+        "cache directory {path}: its invalidation journal has version {found}, newer than this trove's: \
+         run a newer trove, or empty the directory to start afresh"
+    )]
+    NewerJournal { path: PathBuf, found: u16 },
     /// The directory can't be created, read or written.
     #[error("cache directory {path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
@@ -184,6 +190,16 @@ impl Dir {
         })
     }
 
+    /// Empties every data file (the index is empty then): used when the invalidation
+    /// journal can't be trusted, so no object it may have covered comes back.
+    pub fn wipe(&self) -> std::io::Result<()> {
+        for f in &self.files {
+            f.file.set_len(0)?;
+            f.file.sync_all()?;
+        }
+        Ok(())
+    }
+
     pub fn region_count(&self) -> u32 {
         self.regions.len() as u32
     }
@@ -303,6 +319,31 @@ impl Dir {
             let _ = std::fs::remove_file(&probe);
             ok.unwrap_or(false)
         })
+    }
+
+    /// Reads `n` bytes at `offset` in `region` only if they are all in the page cache
+    /// (`preadv2` with `RWF_NOWAIT`): `Ok(None)` when reading would wait for the disk, so a
+    /// caller on an async runtime can go to a blocking pool instead.
+    pub fn read_cached(
+        &self,
+        region: u32,
+        offset: u64,
+        n: usize,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        let (f, base) = self.regions[region as usize];
+        let n = n.min(self.region_size.saturating_sub(offset) as usize);
+        let mut v = vec![0u8; n];
+        let mut bufs = [std::io::IoSliceMut::new(&mut v)];
+        match rustix::io::preadv2(
+            &self.files[f].file,
+            &mut bufs,
+            base + offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(got) if got == n => Ok(Some(v)),
+            Ok(_) | Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes `data` at `offset` in `region`.

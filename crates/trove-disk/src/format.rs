@@ -8,8 +8,9 @@
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-/// The format this build writes and reads. A directory of a newer version is refused.
-pub const VERSION: u16 = 1;
+/// The format this build writes and reads. A directory of a newer version is refused; an
+/// older one is discarded (version 1 had no labels section in its records).
+pub const VERSION: u16 = 2;
 
 /// Every region starts with a [`RegionHeader`] of this many bytes; records follow.
 pub const REGION_HEADER_LEN: u64 = 64;
@@ -34,8 +35,8 @@ pub enum Kind {
     /// A removal (purge, invalidation) of one variant or of every variant of a key: replayed
     /// at recovery so a restart never revives what was removed.
     Tombstone = 2,
-    /// An opaque invalidation the admin API recorded (bans, tags): the body is its payload.
-    Invalidation = 3,
+    // 3 was version 1's opaque invalidation payload; rules live in the journal now
+    // (`journal`), which no region reclamation can take away.
 }
 
 impl Kind {
@@ -43,7 +44,6 @@ impl Kind {
         match b {
             1 => Some(Kind::Object),
             2 => Some(Kind::Tombstone),
-            3 => Some(Kind::Invalidation),
             _ => None,
         }
     }
@@ -141,6 +141,8 @@ pub struct RecordHeader {
     pub region_seq: u64,
     pub key_len: u32,
     pub variant_len: u32,
+    /// The labels section (see `labels`): tags, named cache, invalidation stamps.
+    pub labels_len: u32,
     pub meta_len: u32,
     pub body_len: u64,
     /// `trove_store::hash::fingerprint(key, variant)`.
@@ -152,9 +154,13 @@ pub struct RecordHeader {
 }
 
 impl RecordHeader {
-    /// Bytes after the header: key, variant, meta, body.
+    /// Bytes after the header: key, variant, labels, meta, body.
     pub fn payload_len(&self) -> u64 {
-        self.key_len as u64 + self.variant_len as u64 + self.meta_len as u64 + self.body_len
+        self.key_len as u64
+            + self.variant_len as u64
+            + self.labels_len as u64
+            + self.meta_len as u64
+            + self.body_len
     }
 
     /// The whole record on disk, padding included.
@@ -172,6 +178,7 @@ impl RecordHeader {
         b[16..20].copy_from_slice(&self.key_len.to_le_bytes());
         b[20..24].copy_from_slice(&self.variant_len.to_le_bytes());
         b[24..28].copy_from_slice(&self.meta_len.to_le_bytes());
+        b[28..32].copy_from_slice(&self.labels_len.to_le_bytes());
         b[32..40].copy_from_slice(&self.body_len.to_le_bytes());
         b[40..48].copy_from_slice(&self.fingerprint.to_le_bytes());
         b[48..56].copy_from_slice(&self.key_hash.to_le_bytes());
@@ -185,16 +192,13 @@ impl RecordHeader {
             return Err(FormatError::NoMagic);
         }
         check_version(u16_at(b, 4))?;
-        if u32_at(b, 28) != 0 {
-            // Reserved, written as zero and so outside what the checksum re-encodes.
-            return Err(FormatError::Checksum);
-        }
         let h = RecordHeader {
             kind: Kind::from_u8(b[6]).ok_or(FormatError::Kind)?,
             flags: b[7],
             region_seq: u64_at(b, 8),
             key_len: u32_at(b, 16),
             variant_len: u32_at(b, 20),
+            labels_len: u32_at(b, 28),
             meta_len: u32_at(b, 24),
             body_len: u64_at(b, 32),
             fingerprint: u64_at(b, 40),
@@ -226,6 +230,8 @@ pub struct NewRecord<'a> {
     pub variant: &'a str,
     pub fingerprint: u64,
     pub key_hash: u64,
+    /// The labels section (`labels::encode`; empty for tombstones and invalidations).
+    pub labels: &'a [u8],
     pub meta: &'a [u8],
     /// The body in pieces, as a `trove_store::Body` holds it.
     pub body: &'a [bytes::Bytes],
@@ -239,6 +245,7 @@ impl NewRecord<'_> {
             region_seq,
             key_len: self.key.len() as u32,
             variant_len: self.variant.len() as u32,
+            labels_len: self.labels.len() as u32,
             meta_len: self.meta.len() as u32,
             body_len: self.body.iter().map(|b| b.len() as u64).sum(),
             fingerprint: self.fingerprint,
@@ -258,6 +265,7 @@ impl NewRecord<'_> {
         let mut hasher = h.hasher();
         hasher.update(self.key.as_bytes());
         hasher.update(self.variant.as_bytes());
+        hasher.update(self.labels);
         hasher.update(self.meta);
         for b in self.body {
             hasher.update(b);
@@ -269,6 +277,7 @@ impl NewRecord<'_> {
         out.extend_from_slice(&prefix);
         out.extend_from_slice(self.key.as_bytes());
         out.extend_from_slice(self.variant.as_bytes());
+        out.extend_from_slice(self.labels);
         out.extend_from_slice(self.meta);
         for b in self.body {
             out.extend_from_slice(b);
@@ -285,6 +294,7 @@ pub struct Record {
     pub header: RecordHeader,
     pub key: String,
     pub variant: String,
+    pub labels: bytes::Bytes,
     pub meta: bytes::Bytes,
     pub body: bytes::Bytes,
 }
@@ -301,10 +311,11 @@ impl Record {
         };
         let key = take(h.key_len as usize);
         let variant = take(h.variant_len as usize);
+        let labels = take(h.labels_len as usize);
         let meta = take(h.meta_len as usize);
         let body = take(h.body_len as usize);
         let mut hasher = h.hasher();
-        for part in [&key, &variant, &meta, &body] {
+        for part in [&key, &variant, &labels, &meta, &body] {
             hasher.update(part);
         }
         if hasher.digest() != h.checksum {
@@ -314,6 +325,7 @@ impl Record {
             header: h,
             key: String::from_utf8(key.to_vec()).map_err(|_| FormatError::Checksum)?,
             variant: String::from_utf8(variant.to_vec()).map_err(|_| FormatError::Checksum)?,
+            labels,
             meta,
             body,
         })
@@ -460,6 +472,7 @@ mod tests {
             variant: "",
             fingerprint: 7,
             key_hash: 9,
+            labels: b"labels",
             meta: b"meta",
             body: &body,
         }
@@ -474,7 +487,8 @@ mod tests {
         let r = Record::decode(&Bytes::from(bytes.clone()), 3).unwrap();
         assert_eq!(&r.body[..], b"hello world");
         assert_eq!(r.key, "http://a/");
-        let payload_end = RECORD_HEADER_LEN + 9 + 4 + 11;
+        assert_eq!(&r.labels[..], b"labels");
+        let payload_end = RECORD_HEADER_LEN + 9 + 6 + 4 + 11;
         for i in 0..payload_end {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;

@@ -13,6 +13,8 @@
 //! |---|---|
 //! | `format` | the bytes: region header, record, summary, footer; magic, version, XXH3 |
 //! | `meta` | a stored head as a record's meta bytes |
+//! | `labels` | an object's tags, named cache and invalidation stamps as a record's labels |
+//! | `journal` | the invalidation rule log, durable before an invalidation is acknowledged |
 //! | `dir` | the cache directories: lock, format marker, region files, `pread`/`pwrite` |
 //! | `index` | fingerprint → packed location, 12 B per entry, sharded |
 //! | `writer` | the writer thread: batches, regions, sealing, reclamation, sync |
@@ -31,6 +33,8 @@
 mod dir;
 mod format;
 mod index;
+pub mod journal;
+mod labels;
 mod meta;
 mod reader;
 mod recovery;
@@ -43,5 +47,5 @@ pub use dir::OpenError;
 pub use format::VERSION as FORMAT_VERSION;
 pub use reader::BodyStream;
 pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
-pub use tier::{Fill, Tiered, WHOLE_LIMIT};
-pub use zero_copy::{is_reused, DiskBody, OnDisk, TAIL};
+pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
+pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, TAIL};

@@ -23,6 +23,8 @@ pub enum ReadError {
     Format(#[from] FormatError),
     #[error("malformed head")]
     Meta,
+    #[error("malformed labels")]
+    Labels,
     #[error("read error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -68,6 +70,12 @@ fn read(shared: &Shared, loc: Loc, at: u64, n: u64) -> std::io::Result<Bytes> {
     )?))
 }
 
+/// Every record on disk has been checked against the rules up to this one (the last
+/// complete disk pass; see `Tiered::scan`).
+pub(crate) fn checked_floor(shared: &Shared) -> u64 {
+    shared.disk_checked.load(Ordering::Acquire)
+}
+
 /// Reads the object at `loc`; `Ok(None)` if it is another key's (a tag collision) or the
 /// region was reused meanwhile.
 pub fn load(
@@ -100,7 +108,9 @@ pub fn load(
         if r.key != key {
             return Ok(None);
         }
-        let head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
+        let mut head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
+        head.labels = crate::labels::decode(&r.labels, checked_floor(shared))
+            .map_err(|_| ReadError::Labels)?;
         return Ok(Some(Loaded {
             key: r.key,
             variant: r.variant,
@@ -109,7 +119,8 @@ pub fn load(
         }));
     }
     // Large: the head now, the body as a stream.
-    let meta_end = head_len + h.meta_len as u64;
+    let labels_end = head_len + h.labels_len as u64;
+    let meta_end = labels_end + h.meta_len as u64;
     let b = if (b.len() as u64) < meta_end {
         read(shared, loc, loc.offset(), meta_end)?
     } else {
@@ -124,10 +135,17 @@ pub fn load(
     }
     let v = &b[RECORD_HEADER_LEN + h.key_len as usize..head_len as usize];
     let variant = String::from_utf8(v.to_vec()).map_err(|_| FormatError::Checksum)?;
-    let meta = b.slice(head_len as usize..meta_end as usize);
+    let meta = b.slice(labels_end as usize..meta_end as usize);
     let mut hasher = h.hasher();
     hasher.update(&b[RECORD_HEADER_LEN..meta_end as usize]);
-    let head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    let mut head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    // Not verified yet (the checksum is checked at the body's end): a torn record fails
+    // then, and the object is never completed.
+    head.labels = crate::labels::decode(
+        &b[head_len as usize..labels_end as usize],
+        checked_floor(shared),
+    )
+    .map_err(|_| ReadError::Labels)?;
     Ok(Some(Loaded {
         key: key.to_string(),
         variant,

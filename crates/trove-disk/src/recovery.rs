@@ -172,8 +172,6 @@ struct Applier<'a> {
     gone: Gone,
     /// Live removals (`DiskStore::remove` while recovering) already taken into `gone`.
     late_seen: usize,
-    /// Invalidation payloads, newest first.
-    invalidations: Vec<Bytes>,
     /// Reused buffers: a batch's objects, newest first, and the same grouped by shard;
     /// the key hashes of its objects with a variant (few: most responses have no `Vary`).
     run: Vec<Pending>,
@@ -200,7 +198,6 @@ impl<'a> Applier<'a> {
             shared,
             gone: Gone::default(),
             late_seen: 0,
-            invalidations: Vec::new(),
             run: Vec::new(),
             grouped: Vec::new(),
             varied_keys: HashMap::new(),
@@ -230,26 +227,12 @@ impl<'a> Applier<'a> {
                         fingerprint: e.fingerprint,
                         all: e.flags & FLAG_ALL_VARIANTS != 0,
                     }),
-                    Kind::Invalidation => self.invalidation(f.region, f.seq, e),
                 }
             }
         }
         self.insert();
         // A removal that came while this batch went in may have been undone by it.
         self.catch_up();
-    }
-
-    fn invalidation(&mut self, r: u32, seq: u64, e: &SummaryEntry) {
-        let mut b = BytesMut::zeroed(e.len as usize);
-        if let Ok(n) = self.shared.dir.read_at(r, e.offset as u64, &mut b) {
-            b.truncate(n);
-            match Record::decode(&b.freeze(), seq) {
-                Ok(rec) => self.invalidations.push(rec.body),
-                Err(_) => {
-                    self.shared.stats.corrupt.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
     }
 
     /// Inserts the objects in `run`, grouped by shard and, within a shard, in the order of
@@ -318,7 +301,6 @@ impl<'a> Applier<'a> {
 /// One region's entries as the reader found them.
 struct Found {
     region: u32,
-    seq: u64,
     entries: Vec<SummaryEntry>,
     damaged: u64,
 }
@@ -334,7 +316,6 @@ fn read_region(
     if let Some(entries) = footer.and_then(|f| summary_of(shared, r, f)) {
         return Ok(Found {
             region: r,
-            seq,
             entries,
             damaged: 0,
         });
@@ -342,10 +323,58 @@ fn read_region(
     let (entries, damaged) = scan(shared, r, seq)?;
     Ok(Found {
         region: r,
-        seq,
         entries,
         damaged,
     })
+}
+
+/// The objects of region `r` (use `seq`) that the index still points at and that the
+/// rule log kills or marks stale: their keys and variants (see `DiskStore::pass`).
+pub(crate) fn judge_region(
+    shared: &Shared,
+    r: u32,
+    seq: u64,
+    inv: &trove_store::Invalidations,
+) -> std::io::Result<Vec<(String, String)>> {
+    let size = shared.dir.region_size();
+    let mut buf = BytesMut::zeroed(size as usize);
+    let n = shared.dir.read_at(r, 0, &mut buf)?;
+    buf.truncate(n);
+    let b: Bytes = buf.freeze();
+    // Reused since the caller looked: its records are newer than the pass.
+    if shared.seqs[r as usize].load(Ordering::Acquire) != seq {
+        return Ok(Vec::new());
+    }
+    let entries = match summary(shared, r, seq) {
+        Some(e) => e,
+        None => scan(shared, r, seq)?.0,
+    };
+    let floor = shared.disk_checked.load(Ordering::Acquire);
+    let mut out = Vec::new();
+    for e in entries.iter().filter(|e| e.kind == Kind::Object) {
+        let loc = Loc::new(r, e.offset as u64, e.len as u64);
+        if !shared
+            .index
+            .get(e.fingerprint)
+            .is_some_and(|cur| cur.same_place(loc))
+        {
+            continue;
+        }
+        let (start, end) = (e.offset as usize, e.offset as usize + e.len as usize);
+        let Some(rec) = b
+            .get(start..end)
+            .and_then(|_| Record::decode(&b.slice(start..end), seq).ok())
+        else {
+            continue; // Read verifies it again and drops it if it is corrupt.
+        };
+        let Some(obj) = crate::store::object_of(&rec, floor) else {
+            continue;
+        };
+        if inv.verdict(&obj) != trove_store::Verdict::Alive {
+            out.push((rec.key, rec.variant));
+        }
+    }
+    Ok(out)
 }
 
 /// Reads every region header: which regions are in use (oldest first) and which are free.
@@ -476,9 +505,6 @@ pub(crate) fn index(shared: &Shared, used: &[(u32, u64)]) -> std::io::Result<()>
     if stopping() {
         return Ok(());
     }
-    let mut invalidations = std::mem::take(&mut applier.invalidations);
-    invalidations.reverse();
-    shared.invalidations.lock().extend(invalidations);
     // Removals asked for while this ran were applied over what it found (each once more,
     // right after the region it came during: not later, so an object written anew after
     // its removal is not taken out again).

@@ -21,6 +21,7 @@ use trove_store::Object;
 use crate::dir::{Dir, OpenError};
 use crate::format::{FLAG_ALL_VARIANTS, FLAG_VARIED};
 use crate::index::{Index, Loc, Varied, MAX_REGIONS, MAX_REGION_SIZE};
+use crate::journal::{JournalError, Restored, RuleJournal};
 
 /// How space is reclaimed when the regions are full (see `writer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +108,9 @@ pub struct Stats {
     pub recovery_micros: AtomicU64,
     /// Regions holding data.
     pub regions_used: AtomicU64,
+    /// Invalidation passes over the disk completed, and objects they removed.
+    pub passes: AtomicU64,
+    pub pass_removed: AtomicU64,
 }
 
 /// A snapshot of [`Stats`] and the index's size.
@@ -134,6 +138,12 @@ pub struct DiskStats {
     pub recovery_micros: u64,
     pub ready: bool,
     pub failed: bool,
+    pub passes: u64,
+    pub pass_removed: u64,
+    /// Acknowledgement syncs of the invalidation journal, and the time they took.
+    pub journal_syncs: u64,
+    pub journal_sync_nanos: u64,
+    pub journal_bytes: u64,
 }
 
 /// The writer's measured speed, bytes per second of work: what the queue may hold so that
@@ -190,6 +200,8 @@ pub(crate) enum Job {
     Object {
         key: String,
         variant: String,
+        /// The labels section (`labels::encode`).
+        labels: Vec<u8>,
         meta: Vec<u8>,
         body: Vec<Bytes>,
         bytes: u64,
@@ -204,7 +216,6 @@ pub(crate) enum Job {
         all: bool,
         epoch: u64,
     },
-    Invalidation(Bytes),
     Flush(Arc<(Mutex<bool>, Condvar)>),
 }
 
@@ -236,7 +247,16 @@ pub(crate) struct Shared {
     /// tombstone is not written yet: an object queued before the removal and written after
     /// it must not reappear in the index.
     pub recent_removals: Mutex<std::collections::HashMap<u64, u64>>,
-    pub invalidations: Mutex<Vec<Bytes>>,
+    /// The rule log the objects are judged by (the memory tier's), once `Tiered` attached it.
+    pub inv: std::sync::OnceLock<Arc<trove_store::Invalidations>>,
+    /// The invalidation journal (`journal`), in the first directory.
+    pub journal: Arc<RuleJournal>,
+    /// Every record on disk has been checked against the rules up to this one (the last
+    /// complete [`DiskStore::pass`]); a record read back is judged from here on.
+    pub disk_checked: Arc<AtomicU64>,
+    /// Writes take it shared while they judge an object and queue it; a pass takes it
+    /// alone to mark where it starts (see [`DiskStore::pass`]).
+    pub stamp: parking_lot::RwLock<()>,
     pub stop: AtomicBool,
     pub config: DiskConfig,
     /// Set once the failure was logged, so it is logged once.
@@ -267,6 +287,7 @@ impl Shared {
 pub struct DiskStore {
     pub(crate) shared: Arc<Shared>,
     writer: Option<std::thread::JoinHandle<()>>,
+    restored: Mutex<Option<Restored>>,
 }
 
 impl std::fmt::Debug for DiskStore {
@@ -295,6 +316,19 @@ pub enum LoadedBody {
     Stream(Box<crate::reader::BodyStream>),
 }
 
+/// The object a record holds, without its body (enough to judge it by the rule log);
+/// `None` if its head or labels don't decode.
+pub(crate) fn object_of(rec: &crate::format::Record, checked_floor: u64) -> Option<Object> {
+    let mut head = crate::meta::decode(&rec.meta).ok()?;
+    head.labels = crate::labels::decode(&rec.labels, checked_floor).ok()?;
+    Some(Object::new(
+        rec.key.clone(),
+        rec.variant.clone(),
+        head,
+        trove_store::Body::complete(Bytes::new()),
+    ))
+}
+
 impl DiskStore {
     /// Opens (locks, checks the format of) the directories and starts the writer, which
     /// recovers the index in the background. Fails only when the directories can't be used.
@@ -306,9 +340,36 @@ impl DiskStore {
         if dir.region_count() as u64 > MAX_REGIONS {
             return Err(OpenError::TooSmall(0));
         }
+        let first = config.paths.first().cloned().unwrap_or_default();
+        let jio = |err: std::io::Error| OpenError::Io {
+            path: first.clone(),
+            err,
+        };
         if dir.discarded {
             tracing::warn!(paths = ?config.paths, "disk tier: an older or unmarked cache directory was discarded");
+            RuleJournal::discard(&first).map_err(jio)?;
         }
+        let disk_checked = Arc::new(AtomicU64::new(0));
+        let (journal, restored) = match RuleJournal::open(&first, Arc::clone(&disk_checked)) {
+            Ok(j) => j,
+            Err(JournalError::Io(e)) => return Err(jio(e)),
+            Err(JournalError::Newer { path, found }) => {
+                return Err(OpenError::NewerJournal { path, found })
+            }
+            Err(JournalError::Damaged(path)) => {
+                // Rules may be missing: no object they may cover can be trusted.
+                tracing::error!(
+                    path = %path.display(),
+                    "disk tier: the invalidation journal is damaged before its end; the cached objects are discarded so none it covered can come back"
+                );
+                dir.wipe().map_err(jio)?;
+                RuleJournal::discard(&first).map_err(jio)?;
+                RuleJournal::open(&first, Arc::clone(&disk_checked)).map_err(|e| match e {
+                    JournalError::Io(e) => jio(e),
+                    other => jio(std::io::Error::other(other.to_string())),
+                })?
+            }
+        };
         let zero_copy = dir.can_punch();
         let shared = Arc::new(Shared {
             verified: crate::zero_copy::verified_sets(dir.region_count()),
@@ -326,7 +387,10 @@ impl DiskStore {
             late_removals: Mutex::new(Vec::new()),
             epoch: AtomicU64::new(0),
             recent_removals: Mutex::new(std::collections::HashMap::new()),
-            invalidations: Mutex::new(Vec::new()),
+            inv: std::sync::OnceLock::new(),
+            journal: Arc::new(journal),
+            disk_checked,
+            stamp: parking_lot::RwLock::new(()),
             stop: AtomicBool::new(false),
             config,
             failure_logged: AtomicBool::new(false),
@@ -342,7 +406,24 @@ impl DiskStore {
         Ok(DiskStore {
             shared,
             writer: Some(writer),
+            restored: Mutex::new(Some(restored)),
         })
+    }
+
+    /// The rule log the journal kept, once (for `Tiered` to hand to the memory tier's
+    /// `Invalidations` before anything is served).
+    pub(crate) fn take_restored(&self) -> Option<Restored> {
+        self.restored.lock().take()
+    }
+
+    /// Judges objects by `inv` from now on: at writes, at reinsertion and in passes.
+    pub(crate) fn attach(&self, inv: Arc<trove_store::Invalidations>) {
+        let _ = self.shared.inv.set(inv);
+    }
+
+    /// The invalidation journal.
+    pub fn journal(&self) -> &Arc<RuleJournal> {
+        &self.shared.journal
     }
 
     fn state(&self) -> u8 {
@@ -372,10 +453,18 @@ impl DiskStore {
     }
 
     /// Queues `obj` (its body complete) for writing; false if it was not queued (the body
-    /// is not complete, the queue is full, or the tier failed).
+    /// is not complete, the queue is full, the tier failed, or a rule killed it).
     pub fn write(&self, obj: &Object) -> bool {
         if self.has_failed() {
             return false;
+        }
+        // Judged and queued under the stamp: a pass that starts after this sees the record
+        // on disk, or the record's `checked` covers every rule the pass covers.
+        let _stamp = self.shared.stamp.read();
+        if let Some(inv) = self.shared.inv.get() {
+            if inv.verdict(obj) == trove_store::Verdict::Dead {
+                return false;
+            }
         }
         let Some(body) = obj.body.complete_chunks() else {
             return false;
@@ -398,6 +487,7 @@ impl DiskStore {
         self.push(Job::Object {
             key: obj.key.clone(),
             variant: obj.variant.clone(),
+            labels: crate::labels::encode(&obj.head.labels),
             meta: crate::meta::encode(&obj.head),
             body,
             bytes,
@@ -452,21 +542,62 @@ impl DiskStore {
         });
     }
 
-    /// The hook for persisted invalidations (bans, tags, prefix purges: the admin API's
-    /// issue): `payload` is written like any record, kept with the same crash bound, and
-    /// handed back by [`DiskStore::recovered_invalidations`] after a restart, in the order
-    /// written. What it means is the caller's; it must compare against an object's
-    /// `response_time`, not its place on disk (reinsertion copies objects forward).
-    pub fn persist_invalidation(&self, payload: Bytes) {
-        if !self.has_failed() {
-            self.push(Job::Invalidation(payload));
+    /// A pass over every record on disk: each object is judged by the rule log, and the
+    /// dead (and the soft-invalidated: a record's soft mark can't be updated in place) are
+    /// removed from the index with a tombstone, synced before this returns. Then every
+    /// record on disk has been checked through the sequence number current at the start,
+    /// which becomes [`Shared::disk_checked`] — so rules up to it may be retired
+    /// (`Tiered::scans`). Blocking I/O, a read of every region in use: run it off the
+    /// request path, seldom. False if it could not run whole (not ready, failed, no rules).
+    pub fn pass(&self) -> bool {
+        let Some(inv) = self.shared.inv.get() else {
+            return false;
+        };
+        if !self.is_ready() {
+            return false;
         }
-    }
-
-    /// The invalidation payloads found on disk at start-up (see
-    /// [`DiskStore::persist_invalidation`]); complete once [`DiskStore::is_ready`].
-    pub fn recovered_invalidations(&self) -> Vec<Bytes> {
-        self.shared.invalidations.lock().clone()
+        // Records queued before this point are on disk when the regions are read (the
+        // flush); records queued after it were judged at least through `upto` (`write`).
+        let upto = {
+            let _alone = self.shared.stamp.write();
+            inv.current()
+        };
+        self.flush();
+        let mut removed = 0u64;
+        for r in 0..self.shared.dir.region_count() {
+            if self.has_failed() {
+                return false;
+            }
+            let seq = self.shared.seqs[r as usize].load(Ordering::Acquire);
+            if seq == 0 {
+                continue;
+            }
+            match crate::recovery::judge_region(&self.shared, r, seq, inv) {
+                Ok(dead) => {
+                    for (key, variant) in dead {
+                        self.remove(&key, Some(&variant));
+                        removed += 1;
+                    }
+                }
+                Err(e) => {
+                    self.shared
+                        .fail("reading a region for an invalidation pass", &e);
+                    return false;
+                }
+            }
+        }
+        // The tombstones go down before any rule is retired on the strength of this pass.
+        self.flush();
+        if self.has_failed() {
+            return false;
+        }
+        self.shared.disk_checked.fetch_max(upto, Ordering::AcqRel);
+        self.shared
+            .stats
+            .pass_removed
+            .fetch_add(removed, Ordering::Relaxed);
+        self.shared.stats.passes.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// True if the index may hold `key` (cheap: no I/O).
@@ -565,6 +696,11 @@ impl DiskStore {
             recovery_micros: g(&s.recovery_micros),
             ready: self.is_ready(),
             failed: self.has_failed(),
+            passes: g(&s.passes),
+            pass_removed: g(&s.pass_removed),
+            journal_syncs: g(&self.shared.journal.syncs),
+            journal_sync_nanos: g(&self.shared.journal.sync_nanos),
+            journal_bytes: self.shared.journal.len(),
         }
     }
 

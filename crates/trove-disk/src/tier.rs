@@ -77,6 +77,52 @@ impl Recent {
 /// very insert that promotes them, and they are on disk already.
 type FromDisk = Arc<Mutex<HashSet<usize>>>;
 
+/// The journal as the memory tier's rule log sees it: a failure of the journal fails the
+/// disk tier too (memory-only from then on: no object on disk is served or written while
+/// rules can't be kept). The store is held weakly: it holds the rule log, which holds this.
+struct JournalHandle {
+    journal: Arc<crate::journal::RuleJournal>,
+    shared: std::sync::Weak<crate::store::Shared>,
+}
+
+impl JournalHandle {
+    fn fail(&self, e: &dyn std::fmt::Display) {
+        if let Some(s) = self.shared.upgrade() {
+            s.fail("the invalidation journal", e);
+        }
+    }
+
+    fn check<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r {
+            self.fail(e);
+        }
+        r
+    }
+}
+
+impl trove_store::Journal for JournalHandle {
+    fn append(&self, rule: &trove_store::invalidation::Rule) {
+        self.journal.append(rule);
+        if self.journal.has_failed() {
+            self.fail(&"appending a rule failed");
+        }
+    }
+    fn reserve(&self, upto: u64) -> std::io::Result<()> {
+        self.check(self.journal.reserve(upto))
+    }
+    fn sync_through(&self, seq: u64) -> std::io::Result<()> {
+        self.check(self.journal.sync_through(seq))
+    }
+    fn compact(&self, state: &trove_store::invalidation::Snapshot) -> std::io::Result<()> {
+        self.journal.compact(state)
+    }
+}
+
+/// How often, at most, the background sweep also passes over the disk (reading every
+/// region in use) so rules can be retired with a disk tier on; and never more than a tenth
+/// of the time (a pass that took 10 s waits 100 s).
+pub const DISK_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 struct Demote {
     disk: Arc<DiskStore>,
     persisted: Persisted,
@@ -120,6 +166,11 @@ pub struct Tiered {
     arriving: Arriving,
     from_disk: FromDisk,
     recent: Mutex<Recent>,
+    /// When the last disk pass ended and how long it took, and whether the last `scan`
+    /// included a whole one.
+    last_pass: Mutex<Option<(std::time::Instant, std::time::Duration)>>,
+    pass_every: std::time::Duration,
+    scanned_all: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Tiered {
@@ -132,9 +183,23 @@ impl std::fmt::Debug for Tiered {
 }
 
 impl Tiered {
-    /// `memory` (built without an eviction hook) over `disk`.
+    /// `memory` (built without an eviction hook) over `disk`. The rule log the disk's
+    /// journal kept is handed to the memory tier's `Invalidations` first, and every rule
+    /// made from now on is journaled.
     pub fn new(memory: MemoryStore, disk: DiskStore) -> Tiered {
         let disk = Arc::new(disk);
+        if let Some(inv) = memory.invalidations() {
+            if let Some(restored) = disk.take_restored() {
+                inv.attach_journal(
+                    Arc::new(JournalHandle {
+                        journal: Arc::clone(disk.journal()),
+                        shared: Arc::downgrade(&disk.shared),
+                    }),
+                    restored.snapshot,
+                );
+            }
+            disk.attach(Arc::clone(inv));
+        }
         let persisted: Persisted = Arc::default();
         let arriving: Arriving = Arc::default();
         let from_disk: FromDisk = Arc::default();
@@ -151,7 +216,16 @@ impl Tiered {
             arriving,
             from_disk,
             recent: Mutex::default(),
+            last_pass: Mutex::new(None),
+            pass_every: DISK_PASS_EVERY,
+            scanned_all: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]).
+    pub fn with_pass_every(mut self, every: std::time::Duration) -> Tiered {
+        self.pass_every = every;
+        self
     }
 
     pub fn disk(&self) -> &DiskStore {
@@ -244,16 +318,43 @@ impl Tiered {
 }
 
 impl Storage for Tiered {
-    /// The memory tier's rule log and tag index. Records on disk don't carry an object's
-    /// labels yet: an object promoted from disk is judged as older than every rule (URL,
-    /// prefix and ban rules still find it; tag and named-cache rules can't), and rules are
-    /// never retired (`scans` is false), so none is forgotten while disk copies exist.
+    /// The memory tier's rule log and tag index, journaled on disk. Records carry their
+    /// objects' labels (tags, named cache, stamps), so every kind of rule reaches an
+    /// object promoted from disk.
     fn invalidations(&self) -> Option<&Arc<trove_store::Invalidations>> {
         self.memory.invalidations()
     }
 
+    /// The memory tier's objects; then, at most every `pass_every`, a pass over the disk
+    /// ([`DiskStore::pass`]) that removes what the rules kill there. Only a scan that
+    /// included a whole disk pass lets rules be retired ([`Storage::scans`]).
     fn scan(&self, visit: &mut dyn FnMut(&Arc<Object>)) {
-        self.memory.scan(visit)
+        use std::sync::atomic::Ordering;
+        self.scanned_all.store(false, Ordering::Release);
+        self.memory.scan(visit);
+        if self.disk.has_failed() {
+            // Nothing on disk is served or written again in this process; objects left
+            // there are older than the journal's `disk_checked`, so the retired rules'
+            // floor kills them if a later start reads them.
+            self.scanned_all.store(true, Ordering::Release);
+            return;
+        }
+        // At most every `pass_every`, and never more than a tenth of the time: a pass
+        // reads every region in use.
+        let due = self
+            .last_pass
+            .lock()
+            .is_none_or(|(at, took)| at.elapsed() >= self.pass_every.max(took * 10));
+        if due {
+            let started = std::time::Instant::now();
+            let whole = self.disk.pass();
+            *self.last_pass.lock() = Some((std::time::Instant::now(), started.elapsed()));
+            self.scanned_all.store(whole, Ordering::Release);
+        }
+    }
+
+    fn scans(&self) -> bool {
+        self.scanned_all.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn lookup(&self, key: &str) -> Vec<Arc<Object>> {

@@ -156,6 +156,8 @@ pub(crate) fn run(shared: &Arc<Shared>) {
                 .is_some_and(|t| t.elapsed() >= shared.config.sync_interval);
             if !flushes.is_empty() || stop || due {
                 shared.dir.sync()?;
+                // Puts' rules, appended but not waited for, go down with the data.
+                shared.journal.sync_pending()?;
                 w.unsynced_since = None;
             }
             Ok::<(), std::io::Error>(())
@@ -244,6 +246,7 @@ impl Writer<'_> {
             Job::Object {
                 key,
                 variant,
+                labels,
                 meta,
                 body,
                 bytes,
@@ -258,6 +261,7 @@ impl Writer<'_> {
                     variant: &variant,
                     fingerprint: fingerprint(&key, &variant),
                     key_hash: key_hash(&key),
+                    labels: &labels,
                     meta: &meta,
                     body: &body,
                 };
@@ -276,24 +280,11 @@ impl Writer<'_> {
                     variant: "",
                     fingerprint,
                     key_hash,
+                    labels: &[],
                     meta: &[],
                     body: &[],
                 };
                 self.append(&rec, epoch, None)
-            }
-            Job::Invalidation(payload) => {
-                let body = [payload];
-                let rec = NewRecord {
-                    kind: Kind::Invalidation,
-                    flags: 0,
-                    key: "",
-                    variant: "",
-                    fingerprint: 0,
-                    key_hash: 0,
-                    meta: &[],
-                    body: &body,
-                };
-                self.append(&rec, 0, None)
             }
             Job::Flush(_) => Ok(()),
         }
@@ -356,7 +347,6 @@ impl Writer<'_> {
                 },
                 epoch,
             )),
-            Kind::Invalidation => {}
         }
         // Reinserted records wait for room made by a roll; write them now.
         if !self.reinsert.is_empty() {
@@ -375,6 +365,7 @@ impl Writer<'_> {
                 variant: &r.variant,
                 fingerprint: r.header.fingerprint,
                 key_hash: r.header.key_hash,
+                labels: &r.labels,
                 meta: &r.meta,
                 body: &body,
             };
@@ -481,6 +472,22 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// A hot record about to be copied forward, judged by the rule log now (a pass may
+    /// have passed its new region already): `None` if a rule kills it, else the record
+    /// with its labels brought up to date (its `checked` and soft mark).
+    fn judged(&self, mut r: Record) -> Option<Record> {
+        let Some(inv) = self.shared.inv.get() else {
+            return Some(r);
+        };
+        let floor = self.shared.disk_checked.load(Ordering::Acquire);
+        let obj = crate::store::object_of(&r, floor)?;
+        if inv.verdict(&obj) == trove_store::Verdict::Dead {
+            return None;
+        }
+        r.labels = Bytes::from(crate::labels::encode(&obj.head.labels));
+        Some(r)
+    }
+
     /// Empties the oldest region: its objects leave the index, the hot ones (with
     /// reinsertion) are kept to be written again. Returns it.
     fn reclaim(&mut self) -> std::io::Result<u32> {
@@ -515,7 +522,10 @@ impl Writer<'_> {
                 let mut b = bytes::BytesMut::zeroed(e.len as usize);
                 let n = self.shared.dir.read_at(victim, e.offset as u64, &mut b)?;
                 b.truncate(n);
-                if let Ok(r) = Record::decode(&Bytes::from(b), seq) {
+                if let Some(r) = Record::decode(&Bytes::from(b), seq)
+                    .ok()
+                    .and_then(|r| self.judged(r))
+                {
                     budget -= e.len as u64;
                     self.reinsert.push(r);
                 }

@@ -169,18 +169,103 @@ impl DiskStore {
         }
         let fp = fingerprint(key, "");
         let loc = self.shared.index.get(fp)?;
-        match open(&self.shared, fp, loc, key, min_len) {
+        match open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
             Ok(Some(found)) => {
                 self.shared.index.mark_accessed(fp);
                 self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
                 Some(found)
             }
-            Ok(None) => None,
-            Err(e) => {
+            Ok(None) | Err(Blocked::WouldBlock) => None,
+            Err(Blocked::Read(e)) => {
                 self.drop_corrupt(fp, loc, &e);
                 None
             }
         }
+    }
+}
+
+/// What [`DiskStore::open_body_cached`] found.
+pub enum Cached {
+    Found(Box<OnDisk>),
+    /// Nothing to send from the file (see [`DiskStore::open_body`]).
+    No,
+    /// Finding out would wait for the disk, or the record was not verified yet: ask
+    /// [`DiskStore::open_body`] on a blocking pool.
+    WouldBlock,
+}
+
+impl DiskStore {
+    /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
+    /// verified whose head is in the page cache: the head is read with `RWF_NOWAIT`, so an
+    /// async runtime thread may call this, and only the rest go to a blocking pool.
+    pub fn open_body_cached(&self, key: &str, min_len: u64) -> Cached {
+        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
+            return Cached::No;
+        }
+        if !self.shared.varied.get(key_hash(key)).is_empty() {
+            return Cached::No;
+        }
+        let fp = fingerprint(key, "");
+        let Some(loc) = self.shared.index.get(fp) else {
+            return Cached::No;
+        };
+        match open(&self.shared, fp, loc, key, min_len, Mode::Cached) {
+            Ok(Some(found)) => {
+                self.shared.index.mark_accessed(fp);
+                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                Cached::Found(Box::new(found))
+            }
+            Ok(None) => Cached::No,
+            Err(Blocked::WouldBlock) => Cached::WouldBlock,
+            Err(Blocked::Read(e)) => {
+                self.drop_corrupt(fp, loc, &e);
+                Cached::No
+            }
+        }
+    }
+}
+
+/// How [`open`] may read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Blocking reads, verifying the record if it was not yet.
+    Blocking,
+    /// Only from the page cache, and only a record already verified.
+    Cached,
+}
+
+enum Blocked {
+    WouldBlock,
+    Read(ReadError),
+}
+
+impl From<ReadError> for Blocked {
+    fn from(e: ReadError) -> Blocked {
+        Blocked::Read(e)
+    }
+}
+
+impl From<FormatError> for Blocked {
+    fn from(e: FormatError) -> Blocked {
+        Blocked::Read(e.into())
+    }
+}
+
+impl From<std::io::Error> for Blocked {
+    fn from(e: std::io::Error) -> Blocked {
+        Blocked::Read(e.into())
+    }
+}
+
+fn read_head(shared: &Shared, loc: Loc, n: u64, mode: Mode) -> Result<Vec<u8>, Blocked> {
+    match mode {
+        Mode::Blocking => Ok(shared
+            .dir
+            .read_vec(loc.region(), loc.offset(), n as usize)?),
+        Mode::Cached => shared
+            .dir
+            .read_cached(loc.region(), loc.offset(), n as usize)?
+            .ok_or(Blocked::WouldBlock),
     }
 }
 
@@ -190,29 +275,32 @@ fn open(
     loc: Loc,
     key: &str,
     min_len: u64,
-) -> Result<Option<OnDisk>, ReadError> {
+    mode: Mode,
+) -> Result<Option<OnDisk>, Blocked> {
     let region = loc.region();
     let seq = shared.seqs[region as usize].load(Ordering::SeqCst);
     if seq == 0 {
         return Ok(None);
     }
+    if mode == Mode::Cached && !is_verified(shared, loc, seq) {
+        return Err(Blocked::WouldBlock);
+    }
     let room = shared.dir.region_size() - loc.offset();
-    let b = shared
-        .dir
-        .read_vec(region, loc.offset(), 4096.min(room) as usize)?;
+    let b = read_head(shared, loc, 4096.min(room), mode)?;
     let h = RecordHeader::decode(&b, seq, room)?;
     if h.kind != Kind::Object || h.fingerprint != fp || h.variant_len != 0 {
         return Ok(None);
     }
-    if h.body_len < min_len {
+    // Never an empty body: the head goes out with `MSG_MORE`, and only body bytes push it.
+    if h.body_len < min_len.max(1) {
         return Ok(None);
     }
     let head_len = RECORD_HEADER_LEN as u64 + h.key_len as u64;
-    let meta_end = head_len + h.meta_len as u64;
+    // The labels section lies between the key (no variant here) and the meta.
+    let labels_end = head_len + h.labels_len as u64;
+    let meta_end = labels_end + h.meta_len as u64;
     let b = if (b.len() as u64) < meta_end {
-        shared
-            .dir
-            .read_vec(region, loc.offset(), meta_end as usize)?
+        read_head(shared, loc, meta_end, mode)?
     } else {
         b
     };
@@ -223,7 +311,7 @@ fn open(
         return Ok(None);
     }
     let b = Bytes::from(b);
-    let meta = b.slice(head_len as usize..meta_end as usize);
+    let meta = b.slice(labels_end as usize..meta_end as usize);
     let start = loc.offset() + meta_end;
     if !is_verified(shared, loc, seq) {
         let mut hasher = h.hasher();
@@ -249,7 +337,13 @@ fn open(
         }
         set_verified(shared, loc, seq);
     }
-    let head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    let mut head = crate::meta::decode(&meta).map_err(|_| ReadError::Meta)?;
+    // What invalidation rules judge it by (verified with the record, or by its own sum).
+    head.labels = crate::labels::decode(
+        &b[head_len as usize..labels_end as usize],
+        crate::reader::checked_floor(shared),
+    )
+    .map_err(|_| ReadError::Labels)?;
     if shared.seqs[region as usize].load(Ordering::SeqCst) != seq {
         return Ok(None); // Reclaimed while the head was read: it may be a mix.
     }

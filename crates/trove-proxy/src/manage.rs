@@ -44,6 +44,12 @@ pub enum ManageError {
     BadRequest(String),
     #[error("nothing stored for this URL")]
     NotFound,
+    /// The disk tier's invalidation journal could not make the rule durable: it is applied
+    /// in memory, but a restart might undo it, so it is not acknowledged.
+    #[error(
+        "the invalidation could not be made durable ({0}); it applies until a restart, retry it"
+    )]
+    NotDurable(String),
 }
 
 impl ManageError {
@@ -53,6 +59,7 @@ impl ManageError {
             ManageError::NotFound | ManageError::UnknownCache(_) => StatusCode::NOT_FOUND,
             ManageError::BadPattern(_) | ManageError::BadTag(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ManageError::BadUrl(_) | ManageError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ManageError::NotDurable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -65,6 +72,7 @@ impl ManageError {
             ManageError::TooLarge(_) => "too-large",
             ManageError::BadRequest(_) => "bad-request",
             ManageError::NotFound => "not-found",
+            ManageError::NotDurable(_) => "not-durable",
         }
     }
 
@@ -201,7 +209,25 @@ pub fn invalidations(shared: &Shared) -> &Arc<Invalidations> {
         .expect("the store keeps an invalidation log")
 }
 
-/// Records an invalidation and, for a URL, removes its variants at once.
+/// Returns once rule `seq` is durable — journaled and synced by the disk tier, at once
+/// without one — waiting on the blocking pool, never on a runtime worker. Every
+/// acknowledgement of an invalidation (the API's, `PURGE`'s) waits for this first, so a
+/// restart, `kill -9` included, never undoes one that was acknowledged.
+pub async fn durable(shared: &Shared, seq: u64) -> Result<(), ManageError> {
+    let inv = invalidations(shared);
+    if !inv.journaled() {
+        return Ok(());
+    }
+    let inv = Arc::clone(inv);
+    match tokio::task::spawn_blocking(move || inv.durable(seq)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ManageError::NotDurable(e.to_string())),
+        Err(e) => Err(ManageError::NotDurable(e.to_string())),
+    }
+}
+
+/// Records an invalidation and, for a URL, removes its variants at once. The caller
+/// acknowledges it only after [`durable`].
 pub fn invalidate(
     shared: &Shared,
     req: &api::Invalidate,

@@ -111,6 +111,14 @@ pub mod names {
     pub const DISK_WRITES_LATE: &str = "trove_disk_writes_late_total";
     pub const DISK_WRITE_DELAY_MAX: &str = "trove_disk_write_delay_max_seconds";
     pub const DISK_QUEUE_LIMIT: &str = "trove_disk_queue_limit_bytes";
+    /// The invalidation journal (`trove_disk::journal`): its write-and-`fdatasync`s (what
+    /// acknowledgements wait for), the time they took, and the file's size.
+    pub const DISK_JOURNAL_SYNCS: &str = "trove_disk_journal_syncs_total";
+    pub const DISK_JOURNAL_SYNC_SECONDS: &str = "trove_disk_journal_sync_seconds_total";
+    pub const DISK_JOURNAL_BYTES: &str = "trove_disk_journal_bytes";
+    /// Invalidation passes over the disk (`DiskStore::pass`) and the objects they removed.
+    pub const DISK_PASSES: &str = "trove_disk_invalidation_passes_total";
+    pub const DISK_PASS_REMOVED: &str = "trove_disk_invalidation_pass_removed_total";
 }
 
 /// Appends the disk tier's metrics; `None` when it could not be opened at all.
@@ -199,6 +207,45 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
         );
     }
     render_disk_bound(out, &d);
+    render_journal(out, &d);
+}
+
+/// The invalidation journal's and the disk passes' figures.
+fn render_journal(out: &mut String, d: &trove_disk::DiskStats) {
+    let counters: [(&str, &str, f64); 4] = [
+        (
+            names::DISK_JOURNAL_SYNCS,
+            "Invalidation journal write-and-syncs (acknowledgements share them; reservations and puts' rules too).",
+            d.journal_syncs as f64,
+        ),
+        (
+            names::DISK_JOURNAL_SYNC_SECONDS,
+            "Time those syncs took.",
+            d.journal_sync_nanos as f64 / 1e9,
+        ),
+        (
+            names::DISK_PASSES,
+            "Invalidation passes over the disk completed.",
+            d.passes as f64,
+        ),
+        (
+            names::DISK_PASS_REMOVED,
+            "Objects invalidation passes removed from the disk.",
+            d.pass_removed as f64,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
+    let name = names::DISK_JOURNAL_BYTES;
+    let _ = writeln!(
+        out,
+        "# HELP {name} Bytes of the invalidation journal.\n# TYPE {name} gauge\n{name} {}",
+        d.journal_bytes
+    );
 }
 
 /// The crash bound's measurements (see `names::DISK_WRITES_QUEUED`).

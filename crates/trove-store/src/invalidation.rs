@@ -62,65 +62,6 @@ pub fn cache_hash(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(name.as_bytes(), CACHE_SEED)
 }
 
-/// What an object carries for invalidation: its tags, its named cache and its stamps.
-#[derive(Debug, Default)]
-pub struct Labels {
-    /// Stable hashes of its tags ([`tag_hash`]).
-    pub tags: Arc<[u64]>,
-    /// The hash of its named cache ([`cache_hash`]), if any.
-    pub cache: Option<u64>,
-    /// The invalidation sequence number current when the request that produced this
-    /// response was sent (0: older than every rule).
-    pub born: u64,
-    /// The newest rule this object was checked against.
-    checked: AtomicU64,
-    /// The newest soft rule that matched it (0: none).
-    soft: AtomicU64,
-    /// When that soft rule was made, in milliseconds since the epoch.
-    soft_at: AtomicU64,
-}
-
-impl Clone for Labels {
-    fn clone(&self) -> Self {
-        Labels {
-            tags: Arc::clone(&self.tags),
-            cache: self.cache,
-            born: self.born,
-            checked: AtomicU64::new(self.checked.load(Ordering::Relaxed)),
-            soft: AtomicU64::new(self.soft.load(Ordering::Relaxed)),
-            soft_at: AtomicU64::new(self.soft_at.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-impl Labels {
-    /// Labels with these tag and cache hashes, stamped `born`.
-    pub fn new(tags: Vec<u64>, cache: Option<u64>, born: u64) -> Labels {
-        Labels {
-            tags: tags.into(),
-            cache,
-            born,
-            ..Labels::default()
-        }
-    }
-
-    /// True when the object carries the tag or named cache hashed `h`.
-    pub fn carries(&self, h: u64) -> bool {
-        self.cache == Some(h) || self.tags.contains(&h)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.tags.is_empty() && self.cache.is_none()
-    }
-
-    /// The same labels, stamped `born` (a revalidation sent at `born` confirmed the object).
-    pub fn reborn(&self, born: u64) -> Labels {
-        let mut l = self.clone();
-        l.born = l.born.max(born);
-        l
-    }
-}
-
 /// What a rule selects.
 #[derive(Debug, Clone)]
 pub enum Selector {
@@ -271,6 +212,20 @@ impl Ban {
         format!("{subject} {op} {v}")
     }
 
+    /// The pattern's three parts as [`Ban::parse`] takes them (subject, operator, value):
+    /// what a persisted rule stores.
+    pub fn parts(&self) -> (String, &'static str, &str) {
+        let subject = match &self.subject {
+            BanSubject::Url => "url".to_string(),
+            BanSubject::Header(h) => format!("header:{h}"),
+        };
+        match &self.op {
+            BanOp::Equals(v) => (subject, "==", v.as_str()),
+            BanOp::Prefix(v) => (subject, "^=", v.as_str()),
+            BanOp::Regex(r) => (subject, "~", r.as_str()),
+        }
+    }
+
     fn test(&self, s: &str) -> bool {
         match &self.op {
             BanOp::Equals(v) => s == v,
@@ -293,9 +248,45 @@ impl Ban {
     }
 }
 
+/// Where the rule log is made durable (a disk tier's journal, `trove_disk`): an
+/// acknowledged invalidation must survive a crash as long as objects it covers do.
+///
+/// Calls come in sequence order under the log's lock, so they must be quick (no I/O: a
+/// copy into a buffer), except [`Journal::reserve`], which is rare and durable.
+pub trait Journal: Send + Sync {
+    /// Appends `rule` (not yet written or durable). Errors are kept and reported by
+    /// [`Journal::sync_through`].
+    fn append(&self, rule: &Rule);
+    /// Makes durable that no sequence number up to `upto` will be handed out again after
+    /// a restart (objects are stamped with numbers that may never reach the journal as a
+    /// rule: puts' rules are not waited for).
+    fn reserve(&self, upto: u64) -> std::io::Result<()>;
+    /// Returns once every rule up to `seq` appended so far is durable (`fdatasync`;
+    /// concurrent callers share one).
+    fn sync_through(&self, seq: u64) -> std::io::Result<()>;
+    /// Rules were retired: keep only `state`'s (rewrite the journal without the rest).
+    fn compact(&self, state: &Snapshot) -> std::io::Result<()>;
+}
+
+/// The persistent part of the rule log: what a journal keeps and gives back at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Every sequence number up to this one may have been handed out.
+    pub reserved: u64,
+    /// The newest retired rule.
+    pub floor: u64,
+    /// Pending rules, in sequence order (URL rules as [`Selector::Key`] rules).
+    pub rules: Vec<Rule>,
+}
+
+/// Sequence numbers reserved at a time (one durable journal write per this many rules).
+pub const RESERVE_BLOCK: u64 = 4096;
+
 struct Log {
     /// The next sequence number.
     next: u64,
+    /// Sequence numbers up to this one are reserved in the journal (`u64::MAX` without one).
+    reserved: u64,
     /// The newest retired rule: an object never checked against rules this old is dead.
     floor: u64,
     /// Tag, prefix and ban rules, in sequence order.
@@ -329,6 +320,8 @@ struct Members {
 pub struct Invalidations {
     /// The newest rule's sequence number (0: none yet).
     last: AtomicU64,
+    /// Where rules are made durable, if anywhere (a disk tier).
+    journal: std::sync::OnceLock<Arc<dyn Journal>>,
     log: RwLock<Log>,
     members: Members,
     /// Rules retired by sweeps, for the status figures.
@@ -372,8 +365,10 @@ impl Invalidations {
     pub fn new() -> Invalidations {
         Invalidations {
             last: AtomicU64::new(0),
+            journal: std::sync::OnceLock::new(),
             log: RwLock::new(Log {
                 next: 1,
+                reserved: u64::MAX,
                 floor: 0,
                 rules: VecDeque::new(),
                 keys: fast_map(),
@@ -398,11 +393,142 @@ impl Invalidations {
         (log.rules.len() + log.keys.len()) as u64
     }
 
-    /// Records an invalidation; returns its sequence number. Constant time.
+    /// Takes up the rule log a journal kept (before any rule is made or object stored)
+    /// and makes every later rule durable there. Sequence numbers go on after every one
+    /// the journal reserved, so no object stamped before the restart looks newer than a
+    /// rule made after it.
+    pub fn attach_journal(&self, journal: Arc<dyn Journal>, restored: Snapshot) {
+        {
+            let mut log = self.log.write();
+            let next = restored
+                .rules
+                .iter()
+                .map(|r| r.seq)
+                .max()
+                .unwrap_or(0)
+                .max(restored.reserved)
+                .max(restored.floor)
+                + 1;
+            log.next = log.next.max(next);
+            log.reserved = next - 1;
+            log.floor = log.floor.max(restored.floor);
+            let mut rules = restored.rules;
+            rules.sort_by_key(|r| r.seq);
+            for r in rules {
+                Self::insert(&mut log, r);
+            }
+            self.last.store(log.next - 1, Ordering::Release);
+        }
+        let _ = self.journal.set(journal);
+    }
+
+    /// True when rules are made durable in a journal (see [`Invalidations::durable`]).
+    pub fn journaled(&self) -> bool {
+        self.journal.get().is_some()
+    }
+
+    /// Returns once rule `seq` is durable (at once without a journal): what an
+    /// acknowledgement waits for. Blocking (an `fdatasync`): call it off the async runtime.
+    pub fn durable(&self, seq: u64) -> std::io::Result<()> {
+        match self.journal.get() {
+            Some(j) => j.sync_through(seq),
+            None => Ok(()),
+        }
+    }
+
+    /// The persistent state: pending rules, the floor, the reservation.
+    pub fn snapshot(&self) -> Snapshot {
+        let log = self.log.read();
+        Self::snapshot_of(&log)
+    }
+
+    fn snapshot_of(log: &Log) -> Snapshot {
+        let mut rules: Vec<Rule> = log.rules.iter().map(|r| (**r).clone()).collect();
+        for (h, m) in &log.keys {
+            if m.hard > 0 {
+                rules.push(Rule {
+                    seq: m.hard,
+                    selector: Selector::Key(*h),
+                    mode: Mode::Hard,
+                    at: m.at,
+                });
+            }
+            if m.soft > 0 {
+                rules.push(Rule {
+                    seq: m.soft,
+                    selector: Selector::Key(*h),
+                    mode: Mode::Soft,
+                    at: m.soft_at,
+                });
+            }
+        }
+        rules.sort_by_key(|r| r.seq);
+        Snapshot {
+            // Every number handed out is covered, reserved or not (a failed reservation).
+            reserved: match log.reserved {
+                u64::MAX => log.next - 1,
+                r => r.max(log.next - 1),
+            },
+            floor: log.floor,
+            rules,
+        }
+    }
+
+    fn insert(log: &mut Log, rule: Rule) {
+        let Rule {
+            seq,
+            selector,
+            mode,
+            at,
+        } = rule;
+        if let Selector::Key(h) = selector {
+            let m = log.keys.entry(h).or_insert(KeyMarks {
+                hard: 0,
+                soft: 0,
+                soft_at: at,
+                at,
+            });
+            match mode {
+                Mode::Hard => m.hard = m.hard.max(seq),
+                Mode::Soft => {
+                    if seq > m.soft {
+                        m.soft = seq;
+                        m.soft_at = at;
+                    }
+                }
+            }
+            m.at = m.at.max(at);
+        } else {
+            log.rules.push_back(Arc::new(Rule {
+                seq,
+                selector,
+                mode,
+                at,
+            }));
+        }
+    }
+
+    /// Records an invalidation; returns its sequence number. Constant time (with a
+    /// journal, a copy into its buffer too; see [`Invalidations::durable`] for the
+    /// acknowledgement).
     pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let mut log = self.log.write();
         let seq = log.next;
         log.next += 1;
+        if let Some(j) = self.journal.get() {
+            if seq > log.reserved {
+                // A failure is reported by `durable`, which then fails too.
+                if j.reserve(seq + RESERVE_BLOCK).is_ok() {
+                    log.reserved = seq + RESERVE_BLOCK;
+                }
+            }
+            j.append(&Rule {
+                seq,
+                selector: selector.clone(),
+                mode,
+                at,
+            });
+        }
         if let Selector::Key(h) = selector {
             let m = log.keys.entry(h).or_insert(KeyMarks {
                 hard: 0,
@@ -552,6 +678,15 @@ impl Invalidations {
             report.retired += (before - log.keys.len()) as u64;
             log.floor = floor;
         }
+        if report.retired > 0 {
+            if let Some(j) = self.journal.get() {
+                // Under the read lock: no rule is appended meanwhile (adds take the write
+                // lock), lookups go on. A failure (the journal logs it) leaves the longer
+                // journal, which is still right.
+                let log = self.log.read();
+                let _ = j.compact(&Self::snapshot_of(&log));
+            }
+        }
         self.retired.fetch_add(report.retired, Ordering::Relaxed);
         report
     }
@@ -659,6 +794,7 @@ pub struct SweepReport {
 mod tests {
     use super::*;
     use crate::body::Body;
+    use crate::labels::Labels;
     use crate::object::ObjectHead;
     use crate::{EvictionKind, MemoryStore};
     use bytes::Bytes;

@@ -25,13 +25,15 @@ mod body;
 mod eviction;
 pub mod hash;
 pub mod invalidation;
+mod labels;
 mod memory;
 mod object;
 pub mod storage;
 
 pub use body::{Body, BodyError, BodyReader, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
-pub use invalidation::{Invalidations, Labels, Verdict};
+pub use invalidation::{Invalidations, Journal, Verdict};
+pub use labels::Labels;
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};
 pub use storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use crate::body::Body;
-use crate::invalidation::Labels;
+use crate::labels::Labels;
 
 /// The stored response head and what the caching rules need to judge it later.
 #[derive(Debug, Clone)]

@@ -16,7 +16,9 @@ pub struct Conn {
     /// The admin listener: `127.0.0.1:9090` or a Unix socket path (`unix:/run/trove.sock`).
     #[arg(long, env = "TROVE_API", default_value = "127.0.0.1:9090")]
     api: String,
-    /// The bearer token (`[admin] token`).
+    /// The bearer token (`[admin] token`). Without it or --token-file, the token a
+    /// `trove serve` without one generated is read (beside the socket, or for a TCP
+    /// address from trove's runtime directory: `admin-<port>.token`).
     #[arg(long, env = "TROVE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A file holding the token (its first line).
@@ -38,10 +40,20 @@ impl Conn {
                     .trim()
                     .to_string(),
             ),
-            (None, None) => None,
+            (None, None) => generated_token(&self.api),
         };
         Ok(Client::new(endpoint, token.as_deref()))
     }
+}
+
+/// The token a `trove serve` generated for the API at `api` (see `admin_files`), if any.
+fn generated_token(api: &str) -> Option<String> {
+    let endpoint: Endpoint = api.parse().ok()?;
+    let file = match endpoint {
+        Endpoint::Unix(path) => crate::admin_files::token_beside(&path),
+        Endpoint::Tcp(addr) => crate::admin_files::token_for_port(addr.port()),
+    };
+    crate::admin_files::read_token(&file)
 }
 
 #[derive(clap::Args, Debug)]

@@ -26,11 +26,14 @@ pub struct AdminSettings {
     /// Client networks allowed to use the admin listener (others get a 403). Default:
     /// loopback only.
     pub allow: Vec<ipnet::IpNet>,
-    /// The admin API's bearer token (`/v1/`); `""` with no `token_file` turns the API off.
+    /// The admin API's bearer token (`/v1/`); `""` with no `token_file`: a random token is
+    /// made at start and written (mode 0600) where `trove purge` … find it (`admin_files`).
     pub token: String,
     /// A file holding the token (its first line), instead of `token`.
     pub token_file: String,
-    /// A Unix socket serving the admin listener and API too (mode 0600); `""` for none.
+    /// A Unix socket serving the admin listener and API too (mode 0600): `"auto"` (the
+    /// default) for `admin-<port>.sock` in trove's runtime directory, a path, or `""` for
+    /// none.
     pub socket: String,
     /// The largest object body a put accepts (also bounded by `[cache] max_object`).
     pub max_put_body: String,
@@ -46,7 +49,7 @@ impl Default for AdminSettings {
             ],
             token: String::new(),
             token_file: String::new(),
-            socket: String::new(),
+            socket: "auto".into(),
             max_put_body: "64MiB".into(),
         }
     }
@@ -843,5 +846,20 @@ mod tests {
     #[test]
     fn the_example_config_is_valid() {
         Config::parse(EXAMPLE).unwrap();
+    }
+
+    /// `[cache.disk] sendfile_min`: 64 KiB unless set; a size with its unit.
+    #[test]
+    fn disk_sendfile_min_has_a_default_and_reads_a_size() {
+        let c = Config::parse("[cache.disk]\npath = \"/tmp/a\"\nsize = \"1GiB\"\n").unwrap();
+        assert_eq!(
+            c.proxy_settings().cache.disk.unwrap().sendfile_min,
+            64 << 10
+        );
+        let c = Config::parse(
+            "[cache.disk]\npath = \"/tmp/a\"\nsize = \"1GiB\"\nsendfile_min = \"1MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.proxy_settings().cache.disk.unwrap().sendfile_min, 1 << 20);
     }
 }

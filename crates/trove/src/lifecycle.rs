@@ -141,7 +141,18 @@ pub fn describe(done: &trove_proxy::listener::Reloaded, old: &Config, new: &Conf
         parts.push("cache.eviction needs a restart to change".into());
     }
     if old.admin.listen != new.admin.listen || old.admin.allow != new.admin.allow {
-        parts.push("[admin] needs a restart to change".into());
+        parts.push("[admin] listen and allow need a restart to change".into());
+    }
+    let a = (&old.admin, &new.admin);
+    for (key, changed) in [
+        ("admin.token", a.0.token != a.1.token),
+        ("admin.token_file", a.0.token_file != a.1.token_file),
+        ("admin.socket", a.0.socket != a.1.socket),
+        ("admin.max_put_body", a.0.max_put_body != a.1.max_put_body),
+    ] {
+        if changed {
+            parts.push(format!("{key} reloaded"));
+        }
     }
     if old.runtime.threads != new.runtime.threads || old.runtime.pid_file != new.runtime.pid_file {
         parts.push("[runtime] needs a restart to change".into());

@@ -10,6 +10,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod admin_files;
 mod api_cli;
 mod config;
 mod lifecycle;
@@ -17,6 +18,7 @@ mod lifecycle;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use config::Config;
@@ -174,6 +176,161 @@ impl trove_admin::Source for AdminSource {
     }
 }
 
+/// The admin API's token and Unix socket, as configured or by default (see
+/// `admin_files`): what a reload may change, and what a clean stop removes.
+#[derive(Default)]
+struct AdminFiles {
+    /// The token made at start when none is configured, kept across reloads.
+    generated: Option<String>,
+    /// True while the token in use is the generated one.
+    using_generated: bool,
+    /// The socket's setting, its path and its accept loop.
+    socket_setting: String,
+    socket: Option<(PathBuf, tokio::task::AbortHandle)>,
+    /// Token files written.
+    files: Vec<PathBuf>,
+}
+
+impl AdminFiles {
+    /// The token to use: `[admin] token` / `token_file`, else a generated one.
+    fn token(&mut self, config: &Config) -> anyhow::Result<String> {
+        match config.admin_token()? {
+            Some(t) => {
+                self.using_generated = false;
+                Ok(t)
+            }
+            None => {
+                self.using_generated = true;
+                if self.generated.is_none() {
+                    self.generated = Some(admin_files::generate_token()?);
+                }
+                Ok(self.generated.clone().unwrap_or_default())
+            }
+        }
+    }
+
+    fn bind_socket(
+        &mut self,
+        config: &Config,
+        admin_port: Option<u16>,
+        running: &trove_proxy::listener::Running,
+        api: &Arc<trove_admin::api::Api>,
+    ) -> anyhow::Result<()> {
+        self.socket_setting = config.admin.socket.clone();
+        let Some(path) = admin_files::socket_path(&config.admin.socket, admin_port) else {
+            return Ok(());
+        };
+        let auto = config.admin.socket == "auto";
+        let bound = if auto {
+            admin_files::ensure_private_dir(&admin_files::runtime_dir())
+                .and_then(|()| Ok(trove_admin::bind_unix(&path)?))
+        } else {
+            trove_admin::bind_unix(&path).map_err(anyhow::Error::from)
+        };
+        let unix = match bound {
+            Ok(u) => u,
+            // The default place is a convenience: without it the API is on TCP still.
+            Err(e) if auto => {
+                eprintln!("trove: admin.socket (auto): {e:#}; the API is served on TCP only");
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("admin.socket"),
+        };
+        let source = Arc::new(AdminSource(running.current()));
+        eprintln!("admin socket {}", path.display());
+        let handle = unix.serve(source, Some(Arc::clone(api)));
+        self.socket = Some((path, handle));
+        Ok(())
+    }
+
+    /// Writes the generated token where the CLI looks for it (or removes files of a
+    /// generated token no longer in use). Failures are logged: the API still works for
+    /// whoever has the token.
+    fn write_tokens(&mut self, admin_port: Option<u16>, token: &str) {
+        let before = std::mem::take(&mut self.files);
+        for f in &before {
+            let _ = std::fs::remove_file(f);
+        }
+        if !self.using_generated {
+            return;
+        }
+        let mut places = Vec::new();
+        if let Some(port) = admin_port {
+            if admin_files::ensure_private_dir(&admin_files::runtime_dir()).is_ok() {
+                places.push(admin_files::token_for_port(port));
+            }
+        }
+        if let Some((socket, _)) = &self.socket {
+            places.push(admin_files::token_beside(socket));
+        }
+        for p in places {
+            match admin_files::write_token(&p, token) {
+                Ok(()) => {
+                    if !before.contains(&p) {
+                        eprintln!("admin token in {}", p.display());
+                    }
+                    self.files.push(p);
+                }
+                Err(e) => eprintln!("trove: admin token: {e:#}"),
+            }
+        }
+    }
+
+    /// A reload: the token, the largest put and the socket as the new config says.
+    fn reload(
+        &mut self,
+        next: &Config,
+        admin_port: Option<u16>,
+        running: &trove_proxy::listener::Running,
+        api: &Arc<trove_admin::api::Api>,
+    ) {
+        match self.token(next) {
+            Ok(t) => {
+                api.set_token(Some(t));
+            }
+            Err(e) => eprintln!("trove: reload: admin token kept: {e:#}"),
+        }
+        match next.max_put_body() {
+            Ok(n) => api.set_max_body(n),
+            Err(e) => eprintln!("trove: reload: admin.max_put_body kept: {e:#}"),
+        }
+        if next.admin.socket != self.socket_setting {
+            let old = self.socket.take();
+            let old_setting = self.socket_setting.clone();
+            match self.bind_socket(next, admin_port, running, api) {
+                Ok(()) => {
+                    if let Some((path, handle)) = old {
+                        handle.abort();
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("trove: reload: admin.socket kept: {e:#}");
+                    self.socket = old;
+                    self.socket_setting = old_setting;
+                }
+            }
+        }
+        let token = if self.using_generated {
+            self.generated.clone().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        self.write_tokens(admin_port, &token);
+    }
+
+    /// A clean stop: the socket and the token files go.
+    fn remove(&mut self) {
+        if let Some((path, handle)) = self.socket.take() {
+            handle.abort();
+            let _ = std::fs::remove_file(path);
+        }
+        for f in self.files.drain(..) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 async fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     let pid_file = config.pid_file();
     if let Some(pid_file) = &pid_file {
@@ -200,23 +357,24 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }
+    let admin_port = admin_addr.map(|a| a.port());
+    let mut admin_files = AdminFiles::default();
+    let token = admin_files.token(&config)?;
     let api = Arc::new(trove_admin::api::Api::following(
         running.current(),
-        config.admin_token()?,
+        Some(token.clone()),
         config.max_put_body()?,
     ));
+    // The socket and the token files first: the TCP address is the last line of start-up
+    // (scripts and tests read up to it).
+    admin_files.bind_socket(&config, admin_port, &running, &api)?;
+    admin_files.write_tokens(admin_port, &token);
     if let Some(admin) = admin {
         let bound = admin.local_addr();
         let allow = trove_admin::Allow::new(config.admin.allow.clone());
         let source = Arc::new(AdminSource(running.current()));
         admin.serve_with_api(allow, source, Some(Arc::clone(&api)));
         eprintln!("admin listening {bound}");
-    }
-    if !config.admin.socket.is_empty() {
-        let unix = trove_admin::bind_unix(std::path::Path::new(&config.admin.socket))?;
-        let source = Arc::new(AdminSource(running.current()));
-        eprintln!("admin listening {}", unix.path().display());
-        unix.serve(source, Some(Arc::clone(&api)));
     }
     let mut signals = lifecycle::Signals::new()?;
     let mut config = config;
@@ -237,6 +395,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
                                 eprintln!("trove: reload refused, the running config stays: {e}")
                             }
                             Ok(done) => {
+                                admin_files.reload(&next, admin_port, &running, &api);
                                 eprintln!(
                                     "trove: reloaded {}: {}",
                                     path.display(),
@@ -258,6 +417,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
                 eprintln!("trove: reopening the access log");
             }
             lifecycle::Ask::Stop => {
+                admin_files.remove();
                 let bound = running.shared.settings.timeouts.shutdown;
                 eprintln!(
                     "trove: stopping: no new connections, waiting up to {bound:?} for requests in flight (signal again to stop at once)"

@@ -203,7 +203,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
         interim,
     };
     match entry {
-        Entry::Purge => purge(&cx),
+        Entry::Purge => purge(&cx).await,
         // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
         Entry::RefuseConnect => Reply::simple(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -354,11 +354,19 @@ async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
     if cx.req.method != Method::GET || cx.req.headers.contains_key(header::RANGE) {
         return None;
     }
-    let t = Arc::clone(tiered);
-    let key = cx.key().to_string();
-    let found = tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
-        .await
-        .ok()??;
+    // A record verified earlier whose head is in the page cache is opened here, without
+    // the hop to the blocking pool; anything else is opened (and verified) there.
+    let found = match tiered.disk().open_body_cached(cx.key(), min) {
+        trove_disk::Cached::Found(found) => *found,
+        trove_disk::Cached::No => return None,
+        trove_disk::Cached::WouldBlock => {
+            let t = Arc::clone(tiered);
+            let key = cx.key().to_string();
+            tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
+                .await
+                .ok()??
+        }
+    };
     let trove_disk::OnDisk { head, body } = found;
     let stored = Arc::new(Object::new(
         cx.key().to_string(),
@@ -1174,7 +1182,7 @@ pub mod purge_fields {
 /// `PURGE`, for clients the purge ACL allows: removes every stored variant of the URL, or
 /// with the [`purge_fields`] invalidates tags, a named cache or a prefix, hard or soft,
 /// exactly as the admin API does (`crate::manage`).
-fn purge(cx: &Ctx<'_>) -> Reply {
+async fn purge(cx: &Ctx<'_>) -> Reply {
     use crate::manage;
     use purge_fields as pf;
     if !cx.shared.purge_acl.allows(cx.client_ip) {
@@ -1258,6 +1266,10 @@ fn purge(cx: &Ctx<'_>) -> Reply {
     let Some(ack) = last else {
         return Reply::simple(StatusCode::BAD_REQUEST, Outcome::Purge, "nothing to purge");
     };
+    // The rules are numbered in order: the last one durable means all of them are.
+    if let Err(e) = manage::durable(cx.shared, ack.seq).await {
+        return Reply::simple(e.status(), Outcome::Purge, &e.to_string());
+    }
     match ack.removed {
         // A hard purge of a URL says whether anything was stored, as it always has.
         Some(0) if ack.kind == "url" && mode == trove_api::Mode::Hard => Reply::simple(

@@ -155,6 +155,12 @@ impl Trove {
         }
     }
 
+    /// The rest of the first stderr line starting with `prefix`.
+    pub fn line(&self, prefix: &str) -> Option<String> {
+        self.find(|l| l.trim().starts_with(prefix))
+            .and_then(|l| l.trim().strip_prefix(prefix).map(str::to_string))
+    }
+
     /// How many stderr lines match `f`.
     pub fn count_lines(&self, f: impl Fn(&str) -> bool) -> usize {
         self.lines.lock().unwrap().iter().filter(|l| f(l)).count()
