@@ -25,7 +25,9 @@ use crate::partial;
 use crate::request::{Request, ResponseHead};
 use crate::respond::{self, OnFailure, OnResponse, OnValidation};
 use crate::status::{CacheStatus, Fwd, OriginFailure};
+use crate::step::Steps;
 use crate::Step;
+use smallvec::smallvec;
 
 /// A request sent forward.
 #[derive(Debug)]
@@ -55,7 +57,7 @@ pub struct Served {
     pub outcome: Outcome,
     pub status: StatusCode,
     pub cache_status: CacheStatus,
-    pub steps: Vec<Step>,
+    pub steps: Steps,
 }
 
 /// The driver and the state it keeps between requests.
@@ -126,14 +128,14 @@ impl Engine {
                     Outcome::Purge,
                     status,
                     CacheStatus::default(),
-                    vec![Step::Purge],
+                    smallvec![Step::Purge],
                 )
             }
             Entry::RefuseConnect => served(
                 Outcome::None,
                 StatusCode::METHOD_NOT_ALLOWED,
                 CacheStatus::default(),
-                vec![Step::Deliver],
+                smallvec![Step::Deliver],
             ),
             Entry::Pass => self.pass(&r, origin),
             Entry::Lookup => self.cacheable(&r, origin),
@@ -146,7 +148,7 @@ impl Engine {
             key: r.key,
             headers: r.headers.clone(),
         };
-        let mut steps = vec![Step::Pass];
+        let mut steps = smallvec![Step::Pass];
         match origin.fetch(&fwd) {
             Err(f) => failure(f, Fwd::Method, Outcome::Miss, steps),
             Ok(ans) => {
@@ -185,7 +187,7 @@ impl Engine {
         } else {
             Memo::Unknown
         };
-        let mut steps = vec![Step::Lookup];
+        let mut steps = smallvec![Step::Lookup];
         let action = decide::after_lookup(r.core(), found, self.rules(), memo);
         steps.push(action.step());
         match action {
@@ -227,7 +229,7 @@ impl Engine {
         outcome: Outcome,
         fwd: Fwd,
         origin: &mut dyn Origin,
-        mut steps: Vec<Step>,
+        mut steps: Steps,
     ) -> Served {
         let f = Forward {
             method: r.method,
@@ -280,13 +282,7 @@ impl Engine {
         }
     }
 
-    fn fetch(
-        &mut self,
-        r: &Req<'_>,
-        f: Fetch,
-        origin: &mut dyn Origin,
-        steps: Vec<Step>,
-    ) -> Served {
+    fn fetch(&mut self, r: &Req<'_>, f: Fetch, origin: &mut dyn Origin, steps: Steps) -> Served {
         if f.fwd == Fwd::VaryMiss {
             let stored = self.store.lookup(r.key);
             if let Some(c) = partial::completion(&stored, r.core()) {
@@ -319,7 +315,7 @@ impl Engine {
         r: &Req<'_>,
         c: &partial::Completion,
         origin: &mut dyn Origin,
-        mut steps: Vec<Step>,
+        mut steps: Steps,
     ) -> Option<Served> {
         let f = Forward {
             method: r.method,
@@ -368,7 +364,7 @@ impl Engine {
         fwd: Fwd,
         outcome: Outcome,
         e: OriginFailure,
-        steps: Vec<Step>,
+        steps: Steps,
     ) -> Served {
         match respond::after_failure(stale, r.core(), self.rules(), fwd, outcome, e, r.now) {
             OnFailure::ServeStale { obj, status } => {
@@ -388,7 +384,7 @@ impl Engine {
         ans: &OriginAnswer,
         fwd: Fwd,
         outcome: Outcome,
-        mut steps: Vec<Step>,
+        mut steps: Steps,
     ) -> Served {
         let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
         let head = response_head(ans, &headers, r.now);
@@ -451,7 +447,7 @@ impl Engine {
         obj: &Object,
         outcome: Outcome,
         status: CacheStatus,
-        mut steps: Vec<Step>,
+        mut steps: Steps,
     ) -> Served {
         let d = deliver::delivery(obj, r.core());
         steps.push(Step::Deliver);
@@ -506,7 +502,7 @@ fn response_head<'a>(
     }
 }
 
-fn failure(f: OriginFailure, fwd: Fwd, outcome: Outcome, steps: Vec<Step>) -> Served {
+fn failure(f: OriginFailure, fwd: Fwd, outcome: Outcome, steps: Steps) -> Served {
     served(
         outcome,
         respond::failure_status(f),
@@ -515,12 +511,7 @@ fn failure(f: OriginFailure, fwd: Fwd, outcome: Outcome, steps: Vec<Step>) -> Se
     )
 }
 
-fn served(
-    outcome: Outcome,
-    status: StatusCode,
-    cache_status: CacheStatus,
-    steps: Vec<Step>,
-) -> Served {
+fn served(outcome: Outcome, status: StatusCode, cache_status: CacheStatus, steps: Steps) -> Served {
     Served {
         outcome,
         status,

@@ -41,7 +41,9 @@
 //!
 //! Dependencies: `trove-http` (the RFC rules), `trove-store` (the storage interface), `http`
 //! for the vocabulary types, `bytes` for bodies, `serde` so the policies deserialize
-//! straight from the config file.
+//! straight from the config file, `smallvec` (the widely used inline vector, already in the
+//! tree beneath parking_lot) so the engine records a request's steps without
+//! allocating.
 
 pub mod abort;
 pub mod cookie;
@@ -66,7 +68,7 @@ pub use lookup::Lookup;
 pub use outcome::{Outcome, Tier};
 pub use request::{Request, ResponseHead};
 pub use status::{CacheStatus, Detail, Fwd, OriginFailure, ShedReason, StaleServed, CACHE_STATUS};
-pub use step::Step;
+pub use step::{Step, Steps};
 
 use http::Method;
 use trove_http::StoredResponse;

@@ -1,5 +1,6 @@
 //! The Lookup step: which stored variant, if any, can answer this request, and how.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -34,6 +35,12 @@ fn rank(r: &Reuse) -> u8 {
     }
 }
 
+thread_local! {
+    /// The list the store copies a key's variants into, kept per thread so a lookup costs
+    /// no allocation (every request makes one; the simulator makes millions a second).
+    static VARIANTS: Cell<Vec<Arc<Object>>> = const { Cell::new(Vec::new()) };
+}
+
 /// Looks `key` up and judges each stored variant; the most usable, then most recent, wins.
 /// A variant whose body failed is removed on the way.
 pub fn lookup(
@@ -43,7 +50,16 @@ pub fn lookup(
     policy: &Policy,
     now: SystemTime,
 ) -> Lookup {
-    judge(store, store.lookup(key), req, policy, now)
+    VARIANTS.with(|cell| {
+        // Taken, not borrowed: a store that looked up again from within would find an
+        // empty list and allocate its own, nothing worse.
+        let mut variants = cell.take();
+        store.lookup_into(key, &mut variants);
+        let found = judge(store, &variants, req, policy, now);
+        variants.clear();
+        cell.set(variants);
+        found
+    })
 }
 
 /// The Lookup step as both drivers run it: [`lookup`], and when only stored pieces of the
@@ -77,7 +93,7 @@ impl Lookup {
 /// Judges the variants `store` returned for one key.
 pub fn judge(
     store: &dyn Storage,
-    variants: Vec<Arc<Object>>,
+    variants: &[Arc<Object>],
     req: Request<'_>,
     policy: &Policy,
     now: SystemTime,
@@ -87,7 +103,7 @@ pub fn judge(
     }
     let inv = store.invalidations().map(|i| &**i);
     // The common hit: one variant whose reuse depends on age alone, a plain request.
-    if let [obj] = variants.as_slice() {
+    if let [obj] = variants {
         if req.is_plain()
             && prepare::fresh(&obj.head, policy, now)
             && !matches!(obj.body.outcome(), Some(Err(_)))
@@ -103,16 +119,16 @@ pub fn judge(
     let mut best: Option<(Arc<Object>, Reuse)> = None;
     for obj in variants {
         if matches!(obj.body.outcome(), Some(Err(_))) {
-            store.remove_object(&obj, Removal::Failed);
+            store.remove_object(obj, Removal::Failed);
             continue;
         }
-        let judged = verdict(inv, &obj);
+        let judged = verdict(inv, obj);
         if judged == Verdict::Dead {
             // Invalidated by a rule made since it was fetched (a purge, a tag, a ban…).
-            store.remove_object(&obj, Removal::Purged);
+            store.remove_object(obj, Removal::Purged);
             continue;
         }
-        if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(&obj, req) {
+        if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(obj, req) {
             continue;
         }
         let stored = StoredResponse {
@@ -125,7 +141,7 @@ pub fn judge(
         };
         let mut r = reuse(policy, &stored, req.method, req.headers, now);
         if let Verdict::Stale { since } = judged {
-            r = soft_stale(r, policy, &obj, req, since, now);
+            r = soft_stale(r, policy, obj, req, since, now);
         }
         if rank(&r) == 0 {
             continue;
@@ -135,12 +151,12 @@ pub fn judge(
             Some((b, br)) => {
                 // Most usable first; then a complete response over a partial; then newest.
                 let complete = |o: &Object| o.head.status != http::StatusCode::PARTIAL_CONTENT;
-                (rank(&r), complete(&obj), obj.head.response_time)
+                (rank(&r), complete(obj), obj.head.response_time)
                     > (rank(br), complete(b), b.head.response_time)
             }
         };
         if better {
-            best = Some((obj, r));
+            best = Some((Arc::clone(obj), r));
         }
     }
     match best {

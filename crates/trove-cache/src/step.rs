@@ -1,6 +1,11 @@
 //! The steps of the state machine, named once (Varnish's `REQ_STEPS`), for traces and for
 //! the simulator's per-step counts.
 
+/// The steps one request took, in order. A request takes a handful, kept inline so that
+/// recording them costs no allocation (the simulator replays millions of requests a second
+/// through the engine).
+pub type Steps = smallvec::SmallVec<[Step; 6]>;
+
 /// One step of a request's way through the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {

@@ -31,6 +31,36 @@ pub struct SimArgs {
 pub enum SimCommand {
     /// The DynamicWeb throughput, speedup and node-count model (seed 002 §3.2).
     Model(ModelArgs),
+    /// Convert a trace to libCacheSim's binary `oracleGeneral` format, which replays without
+    /// parsing (and in libCacheSim too).
+    Convert(ConvertArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The trace to read: a file (`-` for standard input) or `synthetic:polymix-2` …
+    pub input: String,
+    /// The `oracleGeneral` file to write (name it `*.oracleGeneral` and `trove sim` knows
+    /// its format from the name).
+    pub output: PathBuf,
+    /// The input's format; guessed from its first line when not given.
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Origin for a CLF log's paths.
+    #[arg(long, default_value = "http://localhost")]
+    pub host: String,
+    /// Requests of a synthetic trace.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub requests: u64,
+    /// A synthetic trace's peak request rate, req/s (default: the workload's).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Origin servers of a synthetic trace (default: the workload's).
+    #[arg(long)]
+    pub servers: Option<u32>,
+    /// Seed of a synthetic trace's draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Which connections the proxy keeps open for reuse.
@@ -147,6 +177,56 @@ pub struct ReplayArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Replay the configurations on this many threads, each reading the trace itself (a
+    /// file or a synthetic trace; standard input is read once, on one thread). Wall time
+    /// falls; CPU time per configuration does not.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+/// Where the records come from: what a replay and a conversion share.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub trace: &'a str,
+    pub format: Option<Format>,
+    pub host: &'a str,
+    pub requests: u64,
+    pub abort_fraction: f64,
+    pub rate: Option<f64>,
+    pub servers: Option<u32>,
+    pub seed: u64,
+}
+
+impl ReplayArgs {
+    fn source(&self) -> anyhow::Result<Source<'_>> {
+        Ok(Source {
+            trace: self.trace.as_deref().ok_or_else(|| {
+                anyhow::anyhow!("give a trace file (or synthetic:polymix-2), `model` or `convert`")
+            })?,
+            format: self.format,
+            host: &self.host,
+            requests: self.requests,
+            abort_fraction: self.abort_fraction,
+            rate: self.rate,
+            servers: self.servers,
+            seed: self.seed,
+        })
+    }
+}
+
+impl ConvertArgs {
+    fn source(&self) -> Source<'_> {
+        Source {
+            trace: &self.input,
+            format: self.format,
+            host: &self.host,
+            requests: self.requests,
+            abort_fraction: 0.0,
+            rate: self.rate,
+            servers: self.servers,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -215,6 +295,7 @@ pub fn parse_size(s: &str) -> anyhow::Result<Option<u64>> {
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     match args.command {
         Some(SimCommand::Model(m)) => model(m),
+        Some(SimCommand::Convert(c)) => convert(&c),
         None => {
             let report = replay(&args.replay)?;
             output(&args.replay, &report)
@@ -366,80 +447,194 @@ pub fn assumptions(a: &ReplayArgs) -> anyhow::Result<Assumptions> {
     })
 }
 
-/// Runs the replay the arguments describe and returns its report.
-pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
-    let trace = a
-        .trace
-        .as_deref()
-        .ok_or_else(|| anyhow::anyhow!("give a trace file (or synthetic:polymix-2), or `model`"))?;
-    let configs = configs(a)?;
-    let assume = assumptions(a)?;
-    let mut replay = Replay::new(assume.clone(), configs);
-    if let Some(path) = &a.outcomes {
-        let f = File::create(path)
-            .map_err(|e| anyhow::anyhow!("--outcomes {}: {e}", path.display()))?;
-        replay = replay.with_outcomes(Box::new(BufWriter::new(f)));
-    }
-    let progress = if a.quiet {
-        Progress::Off
-    } else {
-        Progress::Auto
-    };
+/// An opened trace: its reader, its format's name, and its length in the unit of
+/// [`TraceReader::position`] when known.
+pub struct Opened {
+    pub reader: Box<dyn TraceReader>,
+    pub format: &'static str,
+    pub total: Option<u64>,
+}
+
+/// Opens the trace `src` names.
+pub fn open(src: &Source<'_>) -> anyhow::Result<Opened> {
+    let trace = src.trace;
     if let Some(name) = trace.strip_prefix("synthetic:") {
         anyhow::ensure!(
-            (0.0..=1.0).contains(&a.abort_fraction),
+            (0.0..=1.0).contains(&src.abort_fraction),
             "--abort-fraction is a fraction within 0..=1"
         );
         let mut workload = trove_bench::workload::Workload::load(name)?;
-        if let Some(rate) = a.rate {
+        if let Some(rate) = src.rate {
             anyhow::ensure!(rate > 0.0, "--rate must be positive");
             workload.peak_rate = rate;
         }
-        if let Some(n) = a.servers {
+        if let Some(n) = src.servers {
             anyhow::ensure!(n >= 1, "--servers must be at least 1");
             workload.servers.count = n;
         }
         let reader = SyntheticReader::new(SyntheticSpec {
             workload,
-            requests: a.requests,
-            abort_fraction: a.abort_fraction,
-            seed: a.seed,
+            requests: src.requests,
+            abort_fraction: src.abort_fraction,
+            seed: src.seed,
         });
-        return sweep::run(
-            Box::new(reader),
-            replay,
-            assume,
-            trace,
-            "synthetic",
-            Some(a.requests),
-            progress,
-        );
+        return Ok(Opened {
+            reader: Box::new(reader),
+            format: "synthetic",
+            total: Some(src.requests),
+        });
     }
+    // Large reads: a trace is read front to back once, and a bigger buffer means fewer
+    // system calls per record.
+    const BUFFER: usize = 1 << 20;
     let (input, total): (Box<dyn std::io::BufRead>, Option<u64>) = if trace == "-" {
         (
-            Box::new(BufReader::with_capacity(1 << 16, std::io::stdin())),
+            Box::new(BufReader::with_capacity(BUFFER, std::io::stdin())),
             None,
         )
     } else {
         let f = File::open(trace).map_err(|e| anyhow::anyhow!("{trace}: {e}"))?;
         let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(BufReader::with_capacity(1 << 16, f)), len)
+        (Box::new(BufReader::with_capacity(BUFFER, f)), len)
     };
     let mut input = input;
-    let format = match a.format {
+    let format = match src.format.or_else(|| Format::from_path(trace)) {
         Some(f) => f,
         None => detect(&mut input)?,
     };
-    let reader: Box<dyn TraceReader> = format.reader(input, &a.host);
-    sweep::run(
-        reader,
-        replay,
-        assume,
-        trace,
-        format.as_str(),
+    Ok(Opened {
+        reader: format.reader(input, src.host),
+        format: format.as_str(),
         total,
-        progress,
-    )
+    })
+}
+
+/// Runs the replay the arguments describe and returns its report.
+pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
+    let src = a.source()?;
+    let configs = configs(a)?;
+    let assume = assumptions(a)?;
+    let progress = if a.quiet {
+        Progress::Off
+    } else {
+        Progress::Auto
+    };
+    let outcomes = |replay: Replay| -> anyhow::Result<Replay> {
+        Ok(match &a.outcomes {
+            Some(path) => {
+                let f = File::create(path)
+                    .map_err(|e| anyhow::anyhow!("--outcomes {}: {e}", path.display()))?;
+                replay.with_outcomes(Box::new(BufWriter::new(f)))
+            }
+            None => replay,
+        })
+    };
+    let threads = if src.trace == "-" {
+        1
+    } else {
+        a.threads.clamp(1, configs.len())
+    };
+    if threads == 1 {
+        let opened = open(&src)?;
+        let replay = outcomes(Replay::new(assume.clone(), configs))?;
+        return sweep::run(
+            opened.reader,
+            replay,
+            assume,
+            src.trace,
+            opened.format,
+            opened.total,
+            progress,
+        );
+    }
+    // Contiguous groups, so the results come back in the order asked for and the first
+    // configuration (whose outcomes `--outcomes` writes) is in the first group.
+    let per = configs.len().div_ceil(threads);
+    let groups: Vec<Vec<Config>> = configs.chunks(per).map(<[Config]>::to_vec).collect();
+    let reports: Vec<anyhow::Result<Report>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, group)| {
+                let assume = assume.clone();
+                let outcomes = &outcomes;
+                s.spawn(move || -> anyhow::Result<Report> {
+                    let opened = open(&src)?;
+                    let mut replay = Replay::new(assume.clone(), group);
+                    if i == 0 {
+                        replay = outcomes(replay)?;
+                    }
+                    // One progress bar: the first group's.
+                    let progress = if i == 0 { progress } else { Progress::Off };
+                    sweep::run(
+                        opened.reader,
+                        replay,
+                        assume,
+                        src.trace,
+                        opened.format,
+                        opened.total,
+                        progress,
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a replay thread panicked")))
+            })
+            .collect()
+    });
+    let mut merged: Option<Report> = None;
+    for r in reports {
+        let r = r?;
+        match &mut merged {
+            None => merged = Some(r),
+            Some(m) => {
+                m.elapsed_s = m.elapsed_s.max(r.elapsed_s);
+                m.cpu_s = m.cpu_s.zip(r.cpu_s).map(|(a, b)| a + b);
+                m.results.extend(r.results);
+            }
+        }
+    }
+    let mut m = merged.expect("at least one group");
+    m.threads = threads;
+    m.records_per_s = if m.elapsed_s > 0.0 {
+        m.trace.records as f64 / m.elapsed_s
+    } else {
+        0.0
+    };
+    Ok(m)
+}
+
+/// `trove sim convert`.
+fn convert(c: &ConvertArgs) -> anyhow::Result<()> {
+    let mut opened = open(&c.source())?;
+    let out =
+        File::create(&c.output).map_err(|e| anyhow::anyhow!("{}: {e}", c.output.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let done = crate::trace::oracle::convert(&mut *opened.reader, &mut out)?;
+    let skipped = opened.reader.skipped();
+    eprintln!(
+        "wrote {}: {} records, {} distinct objects ({} format in; {} bad lines skipped{}{})",
+        c.output.display(),
+        done.records,
+        done.distinct,
+        opened.format,
+        skipped.bad_lines,
+        if done.clamped_times > 0 {
+            format!("; {} times outside 0..2^32 s clamped", done.clamped_times)
+        } else {
+            String::new()
+        },
+        if done.clamped_sizes > 0 {
+            format!("; {} sizes of 4 GiB or more clamped", done.clamped_sizes)
+        } else {
+            String::new()
+        },
+    );
+    Ok(())
 }
 
 /// Peeks at the first line that is not blank or a comment without consuming it.

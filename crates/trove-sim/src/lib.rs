@@ -9,8 +9,9 @@
 //! codes over loopback.
 //!
 //! Code map:
-//! - `trace`: streaming readers, one per format (`squid`, `clf`, `csv`, `synthetic` from
-//!   `trove bench`'s workload model); bad lines counted, never fatal.
+//! - `trace`: streaming readers, one per format (`squid`, `clf`, `csv`, libCacheSim's binary
+//!   `oracle` (`trove sim convert` writes it), `synthetic` from `trove bench`'s workload
+//!   model); bad lines counted, never fatal.
 //! - `assume`: what a log does not say (dynamic URLs, freshness, cookies), in the open.
 //! - `origin`: the replay's origin, answering each record at once.
 //! - `intern`: work done once per distinct URL, client and server.
@@ -24,8 +25,9 @@
 //! - `cli`: the command line.
 //!
 //! Dependencies beyond the workspace's: `indicatif` for the progress bar (the maintained,
-//! widely used terminal progress crate; it draws nothing when stderr is not a terminal), and
-//! `memchr` for the readers' byte searches (SIMD, no allocation).
+//! widely used terminal progress crate; it draws nothing when stderr is not a terminal),
+//! `memchr` for the readers' byte searches (SIMD, no allocation), and `itoa` (serde_json's
+//! integer formatter) to name binary traces' numeric ids without `fmt`'s machinery.
 
 pub mod assume;
 pub mod cli;

@@ -2,13 +2,16 @@
 //! trace record implies under the [`Assumptions`]. The agreement test serves the same
 //! answers from a real origin over loopback, so `trove serve` and the replay see one origin.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, DATE, ETAG, IF_NONE_MATCH};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use trove_cache::engine::{Forward, Origin, OriginAnswer};
 use trove_cache::OriginFailure;
 
 use crate::assume::Assumptions;
+use crate::intern::FastMap;
 
 /// What the origin holds for the URL being replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,23 +28,73 @@ pub struct Wanted<'a> {
     pub content_type: &'a str,
 }
 
+/// What answering needs that can be made once instead of per miss: the zero-filled body
+/// buffer and header values (`max-age`, content types, the `Date` of the current virtual
+/// second). A `HeaderValue` clone is a reference count, its construction an allocation and
+/// a copy (and for a date, formatting).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub zeros: Zeros,
+    max_age: Option<(u64, HeaderValue)>,
+    types: FastMap<Box<str>, Option<HeaderValue>>,
+    date: Option<(u64, HeaderValue)>,
+}
+
+impl Scratch {
+    fn max_age(&mut self, secs: u64) -> HeaderValue {
+        match &self.max_age {
+            Some((s, v)) if *s == secs => v.clone(),
+            _ => {
+                let v = max_age(secs);
+                self.max_age = Some((secs, v.clone()));
+                v
+            }
+        }
+    }
+
+    fn content_type(&mut self, t: &str) -> Option<HeaderValue> {
+        if let Some(v) = self.types.get(t) {
+            return v.clone();
+        }
+        let v = HeaderValue::from_str(t).ok();
+        // Logs name few types; a hostile log naming millions is bounded by its distinct
+        // lines, like the interned URLs.
+        self.types.insert(t.into(), v.clone());
+        v
+    }
+
+    /// `Date` for `now` (whole seconds, as HTTP dates are).
+    pub fn date(&mut self, now: SystemTime) -> HeaderValue {
+        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        match &self.date {
+            Some((s, v)) if *s == secs => v.clone(),
+            _ => {
+                let v = HeaderValue::from_str(&trove_http::field::format_http_date(now))
+                    .expect("an HTTP date is visible ASCII");
+                self.date = Some((secs, v.clone()));
+                v
+            }
+        }
+    }
+}
+
 /// The origin's answer to a request (`if_none_match`: the request's validator, if any).
 pub fn answer(
     a: &Assumptions,
     w: &Wanted<'_>,
     if_none_match: Option<&[u8]>,
-    zeros: &mut Zeros,
+    scratch: &mut Scratch,
 ) -> OriginAnswer {
     let mut headers = HeaderMap::with_capacity(4);
     let etag = etag(w.version);
     if w.cachable {
-        headers.insert(CACHE_CONTROL, max_age(a.freshness.as_secs()));
+        headers.insert(CACHE_CONTROL, scratch.max_age(a.freshness.as_secs()));
         headers.insert(ETAG, etag.clone());
     } else {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     }
     if !w.content_type.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(w.content_type) {
+        if let Some(v) = scratch.content_type(w.content_type) {
             headers.insert(CONTENT_TYPE, v);
         }
     }
@@ -59,7 +112,7 @@ pub fn answer(
     OriginAnswer {
         status,
         headers,
-        body: zeros.take(w.size),
+        body: scratch.zeros.take(w.size),
     }
 }
 
@@ -118,14 +171,18 @@ pub struct Asked {
 pub struct TraceOrigin<'a> {
     pub assumptions: &'a Assumptions,
     pub wanted: Wanted<'a>,
-    pub zeros: &'a mut Zeros,
+    pub scratch: &'a mut Scratch,
+    /// The virtual time it answers at: it sends a `Date` (as an origin over a network
+    /// does, and as the cache would add if it did not).
+    pub now: SystemTime,
     pub asked: Asked,
 }
 
 impl Origin for TraceOrigin<'_> {
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
         let inm = req.headers.get(IF_NONE_MATCH).map(HeaderValue::as_bytes);
-        let ans = answer(self.assumptions, &self.wanted, inm, self.zeros);
+        let mut ans = answer(self.assumptions, &self.wanted, inm, self.scratch);
+        ans.headers.insert(DATE, self.scratch.date(self.now));
         self.asked.requests += 1;
         self.asked.body_bytes += ans.body.len() as u64;
         Ok(ans)
@@ -139,7 +196,7 @@ mod tests {
     #[test]
     fn cachable_uncachable_and_not_modified() {
         let a = Assumptions::default();
-        let mut z = Zeros::default();
+        let mut z = Scratch::default();
         let w = Wanted {
             status: 200,
             size: 300,

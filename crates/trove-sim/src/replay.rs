@@ -22,7 +22,7 @@ use trove_store::{EvictionKind, MemoryStore, Removal, Storage};
 use crate::assume::{guess_type, Assumptions};
 use crate::intern::{FastMap, Names};
 use crate::net::{Exchange, NetModel, NetReport, Params};
-use crate::origin::{Asked, TraceOrigin, Wanted, Zeros};
+use crate::origin::{Asked, Scratch, TraceOrigin, Wanted};
 use crate::trace::synthetic::UNCACHABLE;
 use crate::trace::Record;
 
@@ -108,11 +108,13 @@ pub struct Served {
 pub struct Replay {
     assumptions: Assumptions,
     urls: FastMap<Box<str>, u32>,
+    /// Numbered objects (`Record::id`) by number.
+    numbered: FastMap<u64, u32>,
     info: Vec<UrlInfo>,
     clients: Names,
     servers: Names,
     sims: Vec<Sim>,
-    zeros: Zeros,
+    scratch: Scratch,
     clock: f64,
     first: Option<f64>,
     plain: HeaderMap,
@@ -130,11 +132,12 @@ impl Replay {
         Replay {
             assumptions,
             urls: FastMap::default(),
+            numbered: FastMap::default(),
             info: Vec::new(),
             clients: Names::default(),
             servers: Names::default(),
             sims: configs.into_iter().map(Sim::new).collect(),
-            zeros: Zeros::default(),
+            scratch: Scratch::default(),
             clock: 0.0,
             first: None,
             plain: HeaderMap::new(),
@@ -156,6 +159,13 @@ impl Replay {
         if let Some(&id) = self.urls.get(url) {
             return Some(id);
         }
+        let id = self.intern(url)?;
+        self.urls.insert(url.into(), id);
+        Some(id)
+    }
+
+    /// Works out what is known of a URL seen for the first time.
+    fn intern(&mut self, url: &str) -> Option<u32> {
         let uri: http::Uri = url.parse().ok()?;
         let key = trove_http::key::cache_key(&uri)?;
         let host = uri.authority().map_or("", |a| a.as_str());
@@ -167,13 +177,26 @@ impl Replay {
             key: key.into_boxed_str(),
             largest: 0,
         });
-        self.urls.insert(url.into(), id);
+        Some(id)
+    }
+
+    fn record_id(&mut self, r: &Record<'_>) -> Option<u32> {
+        let Some(n) = r.id else {
+            return self.url_id(r.url);
+        };
+        if let Some(&id) = self.numbered.get(&n) {
+            return Some(id);
+        }
+        // Known by number from now on; the text map need not hold it too (a numbered
+        // record's URL is always given with its number).
+        let id = self.intern(r.url)?;
+        self.numbered.insert(n, id);
         Some(id)
     }
 
     /// Replays one record through every configuration.
     pub fn feed(&mut self, r: &Record<'_>) -> std::io::Result<()> {
-        let Some(id) = self.url_id(r.url) else {
+        let Some(id) = self.record_id(r) else {
             self.unreplayable += 1;
             return Ok(());
         };
@@ -226,7 +249,8 @@ impl Replay {
             let mut origin = TraceOrigin {
                 assumptions: &self.assumptions,
                 wanted,
-                zeros: &mut self.zeros,
+                scratch: &mut self.scratch,
+                now,
                 asked: Asked::default(),
             };
             let served = sim.engine.handle(&method, key, headers, now, &mut origin);

@@ -40,7 +40,21 @@ pub struct Report {
     /// configuration together.
     pub elapsed_s: f64,
     pub records_per_s: f64,
+    /// Threads the configurations were replayed on (each reads the trace itself).
+    pub threads: usize,
+    /// CPU seconds the replay's threads used, all together (where the system says:
+    /// Linux's per-thread scheduler statistics); records × configurations / `cpu_s` is what
+    /// one core replays.
+    pub cpu_s: Option<f64>,
     pub results: Vec<ConfigReport>,
+}
+
+/// CPU time the calling thread has used so far, if the system says (Linux:
+/// `/proc/thread-self/schedstat`, whose first field is nanoseconds on a CPU).
+pub fn thread_cpu() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_ascii_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
 }
 
 /// Where the progress bar goes: stderr when it is a terminal and the replay is long,
@@ -79,6 +93,7 @@ pub fn run(
         }
     };
     let start = Instant::now();
+    let cpu_start = thread_cpu();
     let mut records = 0u64;
     while let Some(r) = reader.next_record() {
         records += 1;
@@ -90,6 +105,7 @@ pub fn run(
     }
     bar.finish_and_clear();
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_start.zip(thread_cpu()).map(|(a, b)| b - a);
     Ok(Report {
         trace: TraceInfo {
             source: source.to_string(),
@@ -111,6 +127,8 @@ pub fn run(
         } else {
             0.0
         },
+        threads: 1,
+        cpu_s: cpu,
         results: replay.results(),
     })
 }

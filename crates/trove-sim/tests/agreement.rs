@@ -18,7 +18,7 @@ use kit::{Action, Trove};
 use trove_cache::{CookiePolicy, RequestCookiePolicy};
 use trove_sim::assume::Assumptions;
 use trove_sim::cli::ReplayArgs;
-use trove_sim::origin::{answer, Wanted, Zeros};
+use trove_sim::origin::{answer, Scratch, Wanted};
 use trove_store::EvictionKind;
 
 #[derive(Parser)]
@@ -99,7 +99,7 @@ fn origin_action(path: &str, inm: Option<&str>) -> Action {
         &a,
         &wanted(path),
         inm.map(str::as_bytes),
-        &mut Zeros::default(),
+        &mut Scratch::default(),
     );
     Action::Respond {
         status: ans.status.as_u16(),

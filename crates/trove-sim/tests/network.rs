@@ -57,6 +57,7 @@ fn run(assume: Assumptions, cfg: Config, recs: &[Rec]) -> ConfigReport {
             bytes,
             object_size: Some(size),
             content_type: "",
+            id: None,
         })
         .unwrap();
     }

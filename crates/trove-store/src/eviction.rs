@@ -10,7 +10,9 @@
 //!   main. It resists one-hit wonders (most of a proxy's misses) better than LRU and needs no
 //!   list surgery on a hit, only a counter bump.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::hash::{fast_map, FastMap, FastSet};
 
 /// A byte-budgeted eviction policy over object ids.
 pub trait Eviction: Send {
@@ -66,40 +68,133 @@ impl EvictionKind {
     }
 }
 
-/// Least recently used.
-#[derive(Debug, Default)]
+/// Least recently used, O(1) per operation: an intrusive doubly linked list threaded
+/// through a slab of nodes (indices, not pointers, so no `unsafe`), most recent at the head,
+/// and a map from object id to slot. A hit unlinks one node and relinks it at the head; an
+/// ordered map re-keyed by a use counter (what this replaced) cost a tree removal and
+/// insertion per hit.
+#[derive(Debug)]
 pub struct Lru {
-    tick: u64,
-    last_use: HashMap<u64, u64>,
-    by_age: BTreeMap<u64, u64>,
+    slots: FastMap<u64, u32>,
+    nodes: Vec<Node>,
+    /// Slots of removed nodes, reused before the slab grows.
+    free: Vec<u32>,
+    /// Most recently used, or [`NIL`].
+    head: u32,
+    /// Least recently used (the next victim), or [`NIL`].
+    tail: u32,
+}
+
+/// No slot.
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    id: u64,
+    /// Toward the head (more recent).
+    prev: u32,
+    /// Toward the tail (less recent).
+    next: u32,
+}
+
+impl Default for Lru {
+    fn default() -> Self {
+        Lru {
+            slots: fast_map(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+}
+
+impl Lru {
+    fn unlink(&mut self, slot: u32) {
+        let Node { prev, next, .. } = self.nodes[slot as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, slot: u32) {
+        let old = self.head;
+        {
+            let n = &mut self.nodes[slot as usize];
+            n.prev = NIL;
+            n.next = old;
+        }
+        match old {
+            NIL => self.tail = slot,
+            o => self.nodes[o as usize].prev = slot,
+        }
+        self.head = slot;
+    }
+
+    /// Objects tracked.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
 }
 
 impl Eviction for Lru {
     fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
         self.remove(id);
-        self.tick += 1;
-        self.last_use.insert(id, self.tick);
-        self.by_age.insert(self.tick, id);
+        let node = Node {
+            id,
+            prev: NIL,
+            next: NIL,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.nodes[s as usize] = node;
+                s
+            }
+            None => {
+                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
+                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
+                self.nodes.push(node);
+                s
+            }
+        };
+        self.slots.insert(id, slot);
+        self.push_front(slot);
     }
 
     fn touch(&mut self, id: u64) {
-        if let Some(t) = self.last_use.get_mut(&id) {
-            self.by_age.remove(t);
-            self.tick += 1;
-            *t = self.tick;
-            self.by_age.insert(self.tick, id);
+        if let Some(&slot) = self.slots.get(&id) {
+            if self.head != slot {
+                self.unlink(slot);
+                self.push_front(slot);
+            }
         }
     }
 
     fn remove(&mut self, id: u64) {
-        if let Some(t) = self.last_use.remove(&id) {
-            self.by_age.remove(&t);
+        if let Some(slot) = self.slots.remove(&id) {
+            self.unlink(slot);
+            self.free.push(slot);
         }
     }
 
     fn victim(&mut self) -> Option<u64> {
-        let (_, id) = self.by_age.pop_first()?;
-        self.last_use.remove(&id);
+        let slot = self.tail;
+        if slot == NIL {
+            return None;
+        }
+        let id = self.nodes[slot as usize].id;
+        self.unlink(slot);
+        self.slots.remove(&id);
+        self.free.push(slot);
         Some(id)
     }
 
@@ -117,6 +212,8 @@ enum Queue {
 #[derive(Debug)]
 struct Meta {
     size: u64,
+    /// Ghosts remember evicted objects by fingerprint: a re-fetched object gets a new id.
+    fingerprint: u64,
     freq: u8,
     queue: Queue,
 }
@@ -129,12 +226,10 @@ pub struct S3Fifo {
     small_bytes: u64,
     small: VecDeque<u64>,
     main: VecDeque<u64>,
-    meta: HashMap<u64, Meta>,
+    meta: FastMap<u64, Meta>,
     ghost: VecDeque<u64>,
-    ghost_set: HashSet<u64>,
+    ghost_set: FastSet<u64>,
     ghost_limit: usize,
-    /// Ghosts remember evicted objects by fingerprint: a re-fetched object gets a new id.
-    fingerprints: HashMap<u64, u64>,
     /// Ids removed from `meta` but still sitting in a queue (lazy removal).
     dead: usize,
 }
@@ -147,11 +242,10 @@ impl S3Fifo {
             small_bytes: 0,
             small: VecDeque::new(),
             main: VecDeque::new(),
-            meta: HashMap::new(),
+            meta: fast_map(),
             ghost: VecDeque::new(),
-            ghost_set: HashSet::new(),
+            ghost_set: FastSet::default(),
             ghost_limit: 4096,
-            fingerprints: HashMap::new(),
             dead: 0,
         }
     }
@@ -181,28 +275,26 @@ impl S3Fifo {
             self.small_bytes += size;
             Queue::Small
         };
-        self.fingerprints.insert(id, fingerprint);
         self.meta.insert(
             id,
             Meta {
                 size,
+                fingerprint,
                 freq: 0,
                 queue,
             },
         );
     }
 
-    fn remember_ghost(&mut self, id: u64) {
-        if let Some(fp) = self.fingerprints.remove(&id) {
-            if self.ghost_set.insert(fp) {
-                self.ghost.push_back(fp);
-            }
-            // Ghost size is bounded by count, roughly the number of objects in main.
-            self.ghost_limit = self.ghost_limit.max(self.meta.len());
-            while self.ghost.len() > self.ghost_limit {
-                if let Some(old) = self.ghost.pop_front() {
-                    self.ghost_set.remove(&old);
-                }
+    fn remember_ghost(&mut self, fp: u64) {
+        if self.ghost_set.insert(fp) {
+            self.ghost.push_back(fp);
+        }
+        // Ghost size is bounded by count, roughly the number of objects in main.
+        self.ghost_limit = self.ghost_limit.max(self.meta.len());
+        while self.ghost.len() > self.ghost_limit {
+            if let Some(old) = self.ghost.pop_front() {
+                self.ghost_set.remove(&old);
             }
         }
     }
@@ -222,8 +314,9 @@ impl S3Fifo {
                 self.main.push_back(id);
                 continue;
             }
+            let fp = m.fingerprint;
             self.meta.remove(&id);
-            self.remember_ghost(id);
+            self.remember_ghost(fp);
             return Some(id);
         }
         None
@@ -243,7 +336,6 @@ impl S3Fifo {
                 continue;
             }
             self.meta.remove(&id);
-            self.fingerprints.remove(&id);
             return Some(id);
         }
         None
@@ -270,7 +362,6 @@ impl Eviction for S3Fifo {
             if m.queue == Queue::Small {
                 self.small_bytes = self.small_bytes.saturating_sub(m.size);
             }
-            self.fingerprints.remove(&id);
             self.dead += 1;
             self.compact();
         }
@@ -305,6 +396,54 @@ mod tests {
         assert_eq!(p.victim(), Some(3));
         assert_eq!(p.victim(), Some(1));
         assert_eq!(p.victim(), None);
+    }
+
+    /// The linked-list LRU evicts in exactly the order of the obvious model (a use counter
+    /// per id, the smallest leaves first) over a random mix of every operation.
+    #[test]
+    fn lru_agrees_with_a_use_counter_model() {
+        use std::collections::BTreeMap;
+        let mut p = Lru::default();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new(); // id -> last use
+        let mut tick = 0u64;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = (x >> 8) % 500;
+            tick += 1;
+            match x % 10 {
+                0..=3 => {
+                    p.insert(id, id, 1);
+                    model.insert(id, tick);
+                }
+                4..=6 => {
+                    p.touch(id);
+                    if let Some(t) = model.get_mut(&id) {
+                        *t = tick;
+                    }
+                }
+                7 => {
+                    p.remove(id);
+                    model.remove(&id);
+                }
+                _ => {
+                    let want = model.iter().min_by_key(|(_, t)| **t).map(|(id, _)| *id);
+                    if let Some(w) = want {
+                        model.remove(&w);
+                    }
+                    assert_eq!(p.victim(), want);
+                }
+            }
+            assert_eq!(p.len(), model.len());
+        }
+        while let Some(v) = p.victim() {
+            let want = model.iter().min_by_key(|(_, t)| **t).map(|(id, _)| *id);
+            model.remove(&v);
+            assert_eq!(Some(v), want);
+        }
+        assert!(model.is_empty() && p.is_empty());
     }
 
     #[test]

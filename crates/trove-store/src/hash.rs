@@ -26,6 +26,9 @@ pub fn fingerprint(key: &str, variant: &str) -> u64 {
 /// A map for in-memory use only: fast, seeded per process, never persisted.
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// A set for in-memory use only (see [`FastMap`]).
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// An empty [`FastMap`].
 pub fn fast_map<K, V>() -> FastMap<K, V> {
     HashMap::with_hasher(foldhash::fast::RandomState::default())

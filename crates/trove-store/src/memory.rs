@@ -170,6 +170,12 @@ impl Storage for MemoryStore {
             .unwrap_or_default()
     }
 
+    fn lookup_into(&self, key: &str, out: &mut Vec<Arc<Object>>) {
+        if let Some(v) = self.shard(key).lock().entries.get(key) {
+            out.extend(v.iter().cloned());
+        }
+    }
+
     fn touch(&self, obj: &Object) {
         self.shard(&obj.key).lock().policy.touch(obj.id);
     }

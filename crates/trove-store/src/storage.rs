@@ -103,6 +103,11 @@ impl Admission for AdmitAll {
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Every stored variant of `key`, metadata first; empty on a miss. Not a use.
     fn lookup(&self, key: &str) -> Vec<Arc<Object>>;
+    /// [`Storage::lookup`] appended to `out`, so a caller that looks up on every request
+    /// can reuse one list instead of allocating one each time.
+    fn lookup_into(&self, key: &str, out: &mut Vec<Arc<Object>>) {
+        out.extend(self.lookup(key));
+    }
     /// Stores `obj` (its body may still be arriving), replacing the same key and variant.
     fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused>;
     /// Replaces the head of the stored object `obj` (same identity and body). Returns the

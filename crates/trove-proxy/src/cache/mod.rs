@@ -376,7 +376,7 @@ async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
     ));
     let now = fetch::now();
     let store = &*cx.shared.store;
-    let judged = lookup::judge(store, vec![stored], cx.core(), cx.rules().policy, now);
+    let judged = lookup::judge(store, &[stored], cx.core(), cx.rules().policy, now);
     let Action::Serve {
         obj,
         outcome: Outcome::MemHit,

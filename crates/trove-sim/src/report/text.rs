@@ -28,13 +28,24 @@ pub fn render(r: &Report) -> String {
         if a.dynamic_uncachable { "uncachable" } else { "cachable" },
         a.cookie_fraction * 100.0
     );
-    let _ = writeln!(
+    let _ = write!(
         o,
-        "replayed in {:.2} s ({:.0} records/s through {} configurations)\n",
+        "replayed in {:.2} s ({:.0} records/s through {} configurations",
         r.elapsed_s,
         r.records_per_s,
         r.results.len()
     );
+    if r.threads > 1 {
+        let _ = write!(o, " on {} threads", r.threads);
+    }
+    if let Some(cpu) = r.cpu_s.filter(|c| *c > 0.0) {
+        let per_core = t.records as f64 * r.results.len() as f64 / cpu;
+        let _ = write!(
+            o,
+            "; {cpu:.2} CPU s, {per_core:.0} record-configurations per CPU second"
+        );
+    }
+    let _ = writeln!(o, ")\n");
     let _ = writeln!(
         o,
         "{:>10} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10}",

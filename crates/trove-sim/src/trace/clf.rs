@@ -155,6 +155,7 @@ impl<R: BufRead> TraceReader for ClfReader<R> {
             bytes: p.bytes,
             object_size: None,
             content_type: "",
+            id: None,
         })
     }
 

@@ -6,6 +6,7 @@
 
 pub mod clf;
 pub mod csv;
+pub mod oracle;
 pub mod squid;
 pub mod synthetic;
 
@@ -29,6 +30,10 @@ pub struct Record<'a> {
     pub object_size: Option<u64>,
     /// `Content-Type` as logged, or empty.
     pub content_type: &'a str,
+    /// The object's number when the trace names objects by number (CSV, `oracleGeneral`)
+    /// and `url` is [`csv::id_url`] of it: the replay then finds what it knows of the URL by
+    /// the number, without hashing and comparing the text.
+    pub id: Option<u64>,
 }
 
 /// What a reader skipped.
@@ -78,6 +83,8 @@ pub enum Format {
     Clf,
     /// `time id size` lines, comma- or space-separated (public CDN traces).
     Csv,
+    /// libCacheSim's binary `oracleGeneral` records (`trove sim convert` writes them).
+    OracleGeneral,
 }
 
 impl Format {
@@ -86,7 +93,16 @@ impl Format {
             Format::Squid => "squid",
             Format::Clf => "clf",
             Format::Csv => "csv",
+            Format::OracleGeneral => "oracle-general",
         }
+    }
+
+    /// A format a file's name declares (binary traces have no first line to look at):
+    /// libCacheSim names its binary traces `*.oracleGeneral` or `*.oracleGeneral.bin`.
+    pub fn from_path(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        (lower.ends_with(".oraclegeneral") || lower.ends_with(".oraclegeneral.bin"))
+            .then_some(Format::OracleGeneral)
     }
 
     /// Guesses the format from the first line that is not blank or a comment.
@@ -114,6 +130,7 @@ impl Format {
             Format::Squid => Box::new(squid::SquidReader::new(input)),
             Format::Clf => Box::new(clf::ClfReader::new(input, host)),
             Format::Csv => Box::new(csv::CsvReader::new(input)),
+            Format::OracleGeneral => Box::new(oracle::OracleReader::new(input)),
         }
     }
 }

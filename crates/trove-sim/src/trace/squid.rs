@@ -51,6 +51,7 @@ pub fn parse(line: &[u8]) -> Option<Record<'_>> {
         bytes,
         object_size: None,
         content_type,
+        id: None,
     })
 }
 

@@ -151,6 +151,7 @@ impl TraceReader for SyntheticReader {
             bytes,
             object_size: Some(spec.size),
             content_type: if spec.cachable { mime } else { UNCACHABLE },
+            id: None,
         })
     }
 
