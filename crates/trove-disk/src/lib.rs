@@ -38,6 +38,7 @@ mod labels;
 mod meta;
 mod reader;
 mod recovery;
+mod shared;
 mod store;
 mod tier;
 mod writer;
@@ -45,7 +46,8 @@ mod zero_copy;
 
 pub use dir::OpenError;
 pub use format::VERSION as FORMAT_VERSION;
-pub use reader::BodyStream;
-pub use store::{DiskConfig, DiskStats, DiskStore, Loaded, LoadedBody, Reclaim};
+pub use reader::{BodyStream, Loaded, LoadedBody};
+pub use shared::{DiskConfig, DiskStats, Reclaim};
+pub use store::DiskStore;
 pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
 pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, TAIL};

@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{FormatError, Kind, Record, RecordHeader, RECORD_HEADER_LEN};
 use crate::index::Loc;
-use crate::store::{Loaded, LoadedBody, Shared};
+use crate::shared::Shared;
 
 /// Bytes read per step of a streamed body.
 pub const CHUNK: u64 = 256 << 10;
@@ -184,4 +184,22 @@ pub fn next_chunk(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option
         return Err(bad("checksum mismatch"));
     }
     Ok(Some(b))
+}
+
+/// An object found on disk, read back whole and verified.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub key: String,
+    pub variant: String,
+    pub head: trove_store::ObjectHead,
+    pub body: LoadedBody,
+}
+
+/// The body of a [`Loaded`] object.
+#[derive(Debug, Clone)]
+pub enum LoadedBody {
+    /// Small enough to have been read with the head, and verified.
+    Whole(Bytes),
+    /// Larger: stream it with [`crate::DiskStore::stream`], which verifies at the end.
+    Stream(Box<crate::reader::BodyStream>),
 }

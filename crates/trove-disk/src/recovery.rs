@@ -32,7 +32,7 @@ use crate::format::{
     FLAG_VARIED, FOOTER_LEN, RECORD_HEADER_LEN, REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
 };
 use crate::index::Loc;
-use crate::store::{LateRemoval, Shared};
+use crate::shared::{LateRemoval, Shared};
 
 /// What recovery hands the writer.
 pub(crate) struct Recovered {
@@ -367,7 +367,7 @@ pub(crate) fn judge_region(
         else {
             continue; // Read verifies it again and drops it if it is corrupt.
         };
-        let Some(obj) = crate::store::object_of(&rec, floor) else {
+        let Some(obj) = crate::shared::object_of(&rec, floor) else {
             continue;
         };
         if inv.verdict(&obj) != trove_store::Verdict::Alive {
@@ -516,8 +516,8 @@ pub(crate) fn index(shared: &Shared, used: &[(u32, u64)]) -> std::io::Result<()>
         .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     // Ready, unless the tier failed meanwhile.
     let _ = shared.state.compare_exchange(
-        crate::store::RECOVERING,
-        crate::store::READY,
+        crate::shared::RECOVERING,
+        crate::shared::READY,
         Ordering::AcqRel,
         Ordering::Acquire,
     );

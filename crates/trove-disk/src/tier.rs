@@ -24,7 +24,8 @@ use trove_store::{
 };
 
 use crate::reader::BodyStream;
-use crate::store::{DiskStore, LoadedBody};
+use crate::reader::LoadedBody;
+use crate::store::DiskStore;
 
 /// Bodies up to this size are read from disk whole, in one read; larger ones stream.
 pub const WHOLE_LIMIT: u64 = 1 << 20;
@@ -82,7 +83,7 @@ type FromDisk = Arc<Mutex<HashSet<usize>>>;
 /// rules can't be kept). The store is held weakly: it holds the rule log, which holds this.
 struct JournalHandle {
     journal: Arc<crate::journal::RuleJournal>,
-    shared: std::sync::Weak<crate::store::Shared>,
+    shared: std::sync::Weak<crate::shared::Shared>,
 }
 
 impl JournalHandle {

@@ -41,7 +41,7 @@ use crate::format::{
 };
 use crate::index::Loc;
 use crate::recovery;
-use crate::store::{DiskStore, Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
+use crate::shared::{Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
 
 /// Bytes encoded before a batch is written even if more is queued.
 const BATCH: usize = 1 << 20;
@@ -256,7 +256,7 @@ impl Writer<'_> {
                 self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
                 let rec = NewRecord {
                     kind: Kind::Object,
-                    flags: DiskStore::flags_for(&variant),
+                    flags: crate::shared::flags_for(&variant),
                     key: &key,
                     variant: &variant,
                     fingerprint: fingerprint(&key, &variant),
@@ -275,7 +275,7 @@ impl Writer<'_> {
             } => {
                 let rec = NewRecord {
                     kind: Kind::Tombstone,
-                    flags: DiskStore::tombstone_flags(all),
+                    flags: crate::shared::tombstone_flags(all),
                     key: "",
                     variant: "",
                     fingerprint,
@@ -480,7 +480,7 @@ impl Writer<'_> {
             return Some(r);
         };
         let floor = self.shared.disk_checked.load(Ordering::Acquire);
-        let obj = crate::store::object_of(&r, floor)?;
+        let obj = crate::shared::object_of(&r, floor)?;
         if inv.verdict(&obj) == trove_store::Verdict::Dead {
             return None;
         }

@@ -26,37 +26,21 @@
 //!   read while the region was still in the verified use. A directory whose file system
 //!   can't punch holes (probed at start-up) never uses sendfile.
 
-use std::collections::HashSet;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use trove_store::hash::{fingerprint, key_hash};
 
 use crate::format::{FormatError, Kind, RecordHeader, RECORD_HEADER_LEN};
 use crate::index::Loc;
 use crate::reader::{ReadError, CHUNK};
-use crate::store::{DiskStore, Shared};
+use crate::shared::Shared;
+use crate::store::DiskStore;
 
 /// Bytes at the end of a body sent from a verified copy in memory, not by `sendfile`.
 pub const TAIL: u64 = 4096;
-
-/// Records of one region verified since it was last reclaimed.
-#[derive(Default)]
-pub(crate) struct Verified {
-    seq: u64,
-    /// Record offsets / 8.
-    offsets: HashSet<u32>,
-}
-
-/// One [`Verified`] per region.
-pub(crate) fn verified_sets(regions: u32) -> Vec<Mutex<Verified>> {
-    (0..regions)
-        .map(|_| Mutex::new(Verified::default()))
-        .collect()
-}
 
 fn is_verified(shared: &Shared, loc: Loc, seq: u64) -> bool {
     let v = shared.verified[loc.region() as usize].lock();
