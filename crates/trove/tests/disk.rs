@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{metric, metrics_text, origin_with, target_of, wait_for, TempDir, Trove};
+use common::{is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Trove};
 
 /// A trove child and its two addresses.
 struct Running {
@@ -88,11 +88,6 @@ fn get(proxy: &str, origin: &str, i: usize) -> Option<(String, Vec<u8>)> {
     let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&out[..end]).to_string();
     Some((head, out[end + 4..].to_vec()))
-}
-
-fn is_hit(head: &str) -> bool {
-    head.to_ascii_lowercase()
-        .contains("cache-status: trove; hit")
 }
 
 /// The disk tier's and the store's metrics, for failure messages.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{metric, origin_with, target_of, trove, wait_for, TempDir, Trove};
+use common::{is_hit, metric, origin_with, target_of, trove, wait_for, TempDir, Trove};
 
 /// An origin serving every path with a cacheable body naming the path and how many
 /// requests it had answered (so a refetch is told from a stored copy); `/t/red…` is tagged
@@ -63,11 +63,6 @@ fn get(proxy: &str, url: &str) -> (String, String) {
     let text = String::from_utf8_lossy(&out).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     (head.to_string(), body.to_string())
-}
-
-fn is_hit(head: &str) -> bool {
-    head.to_ascii_lowercase()
-        .contains("cache-status: trove; hit")
 }
 
 /// One admin API call over TCP: `(status, body)`.

@@ -315,6 +315,12 @@ pub fn metric(admin: &str, name: &str) -> f64 {
         .unwrap_or(-1.0)
 }
 
+/// True when a response head says trove answered from its cache (`Cache-Status: trove; hit`).
+pub fn is_hit(head: &str) -> bool {
+    head.to_ascii_lowercase()
+        .contains("cache-status: trove; hit")
+}
+
 /// A free port on 127.0.0.1 (bound and released: fine for a test's own listeners).
 pub fn free_port() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
