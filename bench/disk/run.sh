@@ -14,6 +14,9 @@
 #   ROUNDS=3 DURATION=10s OBJECTS=2000 SIZE=100k bash bench/disk/run.sh
 #   ROUNDS=3 DURATION=10s OBJECTS=300 SIZE=1M TARGETS="trove-disk nginx ats" bash bench/disk/run.sh
 #
+# `trove-base` is trove-disk's setup run by another binary (TROVE_BASE_BIN), to compare two
+# builds in the same run: TARGETS="trove-base trove-disk nginx ats" TROVE_BASE_BIN=... .
+#
 # Everything it starts runs in its own process group and is stopped by that id on exit.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +31,8 @@ TARGETS=${TARGETS:-"trove-disk nginx ats trove-mem"}
 TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
 RUN=${RUN:-/tmp/trove-bench-disk.$$}
 RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
-declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192 [ats]=28193)
+TROVE_BASE_BIN=${TROVE_BASE_BIN:-$TROVE_BIN}
+declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192 [ats]=28193 [trove-base]=28194)
 ORIGIN_PORT=${ORIGIN_PORT:-28080}   # not bench/hits' 18080: other work on this machine may hold it
 PGIDS=()
 log() { printf '[disk %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -61,7 +65,7 @@ chmod 755 "$RUN"
 sed -e "s#@RUN@#$RUN#g; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" "$ROOT/bench/hits/peers/origin.conf" >"$RUN/origin.conf"
 sed -e "s#@RUN@#$RUN#g; s#@NAME@#nginx#g; s#@PORT@#${PORT[nginx]}#g; s#@SENDFILE@#on#g; s#@NOPUSH@#off#g; s#max_size=256m#max_size=2g#; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" \
     "$ROOT/bench/hits/peers/nginx-proxy.conf" >"$RUN/nginx.conf"
-for t in trove-disk trove-mem; do
+for t in trove-disk trove-mem trove-base; do
     mem=$MEMORY; disk="[cache.disk]
 path = \"$RUN/$t/cache\"     # the disk tier's directory
 size = \"2GiB\"               # room for the whole working set"
@@ -113,6 +117,7 @@ wait_port "$ORIGIN_PORT"
 start nginx nginx -c "$RUN/nginx.conf"
 start trove-disk "$TROVE_BIN" serve --config "$RUN/trove-disk.toml"
 start trove-mem "$TROVE_BIN" serve --config "$RUN/trove-mem.toml"
+case " $TARGETS " in *" trove-base "*) start trove-base "$TROVE_BASE_BIN" serve --config "$RUN/trove-base.toml" ;; esac
 case " $TARGETS " in *" ats "*) start_ats ;; esac
 for t in $TARGETS; do wait_port "${PORT[$t]}"; done
 for t in $TARGETS; do

@@ -50,4 +50,4 @@ pub use reader::{BodyStream, Loaded, LoadedBody};
 pub use shared::{DiskConfig, DiskStats, Reclaim};
 pub use store::DiskStore;
 pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
-pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, TAIL};
+pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, Pin};

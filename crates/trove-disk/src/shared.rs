@@ -261,6 +261,10 @@ pub(crate) struct Shared {
     /// True while bodies may be sent from the file: the file system punches holes, so a
     /// reclaimed region's old pages stay with the sockets that reference them.
     pub zero_copy: AtomicBool,
+    /// Per region, how many `sendfile` calls are reading from it right now (`zero_copy`,
+    /// "Pins"): the writer retires a region's `seq`, then waits for its count to drain
+    /// before it punches and rewrites the region.
+    pub pins: Vec<std::sync::atomic::AtomicU32>,
 }
 
 impl Shared {
@@ -321,5 +325,12 @@ pub(crate) struct Verified {
 pub(crate) fn verified_sets(regions: u32) -> Vec<parking_lot::Mutex<Verified>> {
     (0..regions)
         .map(|_| parking_lot::Mutex::new(Verified::default()))
+        .collect()
+}
+
+/// One pin count per region, all 0 (see `Shared::pins`).
+pub(crate) fn pin_counts(regions: u32) -> Vec<std::sync::atomic::AtomicU32> {
+    (0..regions)
+        .map(|_| std::sync::atomic::AtomicU32::new(0))
         .collect()
 }

@@ -88,6 +88,7 @@ impl DiskStore {
         let zero_copy = dir.can_punch();
         let shared = Arc::new(Shared {
             verified: crate::shared::verified_sets(dir.region_count()),
+            pins: crate::shared::pin_counts(dir.region_count()),
             zero_copy: AtomicBool::new(zero_copy),
             seqs: (0..dir.region_count()).map(|_| AtomicU64::new(0)).collect(),
             dir,

@@ -537,7 +537,10 @@ impl Writer<'_> {
         }
         self.shared.seqs[victim as usize].store(0, Ordering::SeqCst);
         if self.shared.zero_copy.load(Ordering::Acquire) {
-            // After `seq` is retired, before a byte is rewritten: see `zero_copy`.
+            // After `seq` is retired, and after every `sendfile` that may have read the
+            // region under its old `seq` returned, before a byte is rewritten: see
+            // `zero_copy`.
+            crate::zero_copy::drain_pins(self.shared, victim);
             if let Err(e) = self.shared.dir.punch(victim) {
                 self.shared.zero_copy.store(false, Ordering::Release);
                 tracing::warn!(

@@ -13,18 +13,30 @@
 //!   the region's current use, the fingerprint and the key) before sending. What this
 //!   gives up: a byte that rots on disk *after* the first verified read of the record
 //!   within this process is not caught. Records are verified again after every restart.
-//! - **Never a byte of a reclaimed region.** A `sendfile` into a TCP socket queues
+//! - **Never a byte of a reclaimed region: pins.** A `sendfile` into a TCP socket queues
 //!   *references* to page-cache pages, sent (and re-sent) later; a region being rewritten
 //!   in place would change bytes already "sent". So the writer punches a hole over a
 //!   region as it reclaims it (`fallocate(PUNCH_HOLE)`, `Dir::punch`): the old pages leave
 //!   the file, those still referenced by sockets keep their bytes, and the region's new
-//!   records go to new pages. A `sendfile` that runs *after* the reclaim would read the
-//!   new bytes, so the sender checks [`DiskBody::intact`] after every call (the writer
-//!   retires the region's `seq` before it punches or writes) and resets the connection
-//!   when it fails; and the last [`TAIL`] bytes are read into memory, checked, and only
-//!   then written, so a client can't receive the whole body unless every part of it was
-//!   read while the region was still in the verified use. A directory whose file system
-//!   can't punch holes (probed at start-up) never uses sendfile.
+//!   records go to new pages. What remains is a `sendfile` call that reads the region
+//!   *while* it is being reclaimed. A seqlock-style protocol excludes it: every call runs
+//!   under a [`Pin`] ([`DiskBody::pin`]), which adds 1 to the region's pin count and then
+//!   checks the region's `seq`, and drops the count when the call returned; the writer
+//!   retires the region's `seq` (0) and then waits for the count to drain
+//!   ([`drain_pins`]) before it punches or writes. Both sides use `SeqCst` on the count and
+//!   the `seq`, so in their single total order either the pin's `seq` check comes after
+//!   the retirement (it fails: nothing is sent, the connection is reset) or the pin's
+//!   increment comes before the writer reads the count (the writer waits until that call
+//!   returned; the decrement is a `Release` the writer's load acquires, so the call's page
+//!   reads happen before the punch). Every byte a `sendfile` call queues is therefore read
+//!   while the region is in the use the record was verified in, so a client is sent the
+//!   whole body from the file, by one head write and one `sendfile` (nginx's two calls), and
+//!   never a byte of the region's next use. A pin is held only across one non-blocking
+//!   `sendfile` system call, never across an `await`, so the writer waits at most for the
+//!   calls in flight (one per runtime thread; a call whose pages must come from the disk
+//!   lasts that read). Connections stalled on a full socket hold no pin: their next call's
+//!   check fails after a reclaim. A directory whose file system can't punch holes (probed
+//!   at start-up) never uses sendfile.
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
@@ -39,8 +51,36 @@ use crate::reader::{ReadError, CHUNK};
 use crate::shared::Shared;
 use crate::store::DiskStore;
 
-/// Bytes at the end of a body sent from a verified copy in memory, not by `sendfile`.
-pub const TAIL: u64 = 4096;
+/// Waits until no `sendfile` call reads `region` (see the module docs); call it after the
+/// region's `seq` was retired (stored 0, `SeqCst`) and before the region is punched or
+/// rewritten.
+pub(crate) fn drain_pins(shared: &Shared, region: u32) {
+    let pins = &shared.pins[region as usize];
+    let mut spins = 0u32;
+    while pins.load(Ordering::SeqCst) != 0 {
+        // A pin lasts one system call: spin briefly, then give the core away.
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Held across one `sendfile` call from a record's region: while it lives, the writer
+/// does not punch or rewrite the region (see the module docs).
+#[must_use = "a pin protects only while it is held"]
+pub struct Pin<'a> {
+    count: &'a std::sync::atomic::AtomicU32,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        // Release: the reads made under the pin happen before the writer's punch.
+        self.count.fetch_sub(1, Ordering::Release);
+    }
+}
 
 fn is_verified(shared: &Shared, loc: Loc, seq: u64) -> bool {
     let v = shared.verified[loc.region() as usize].lock();
@@ -95,6 +135,19 @@ impl DiskBody {
     pub fn file(&self) -> (BorrowedFd<'_>, u64) {
         let (file, base) = self.shared.dir.file_at(self.region);
         (file, base + self.start)
+    }
+
+    /// Pins the record's region for one `sendfile` call; the error [`is_reused`] knows
+    /// when the region was reclaimed since the record was opened (send nothing more,
+    /// reset the connection).
+    pub fn pin(&self) -> std::io::Result<Pin<'_>> {
+        let count = &self.shared.pins[self.region as usize];
+        count.fetch_add(1, Ordering::SeqCst);
+        let pin = Pin { count };
+        if self.shared.seqs[self.region as usize].load(Ordering::SeqCst) != self.seq {
+            return Err(reused()); // `pin` drops the count again.
+        }
+        Ok(pin)
     }
 
     /// True while the record's region is still in the use the record was verified in:

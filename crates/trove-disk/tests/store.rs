@@ -622,3 +622,56 @@ fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
     assert!(d.open_body("http://example.com/1", 0).is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Polls `cond` until it holds, for at most 10 s.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    cond()
+}
+
+#[test]
+fn a_pinned_region_is_not_punched_until_its_pin_is_dropped() {
+    let dir = tempdir("zc-pin");
+    let d = open(DiskConfig {
+        reclaim: Reclaim::Fifo,
+        ..config(&dir, 1 << 20)
+    });
+    let want = big(1, 100_000).body.complete_bytes().unwrap();
+    d.write(&big(1, 100_000));
+    d.flush();
+    let found = d.open_body("http://example.com/1", 0).expect("on disk");
+    let read_file = || {
+        let (fd, at) = found.body.file();
+        let mut b = vec![0u8; 100_000];
+        rustix::io::pread(fd, &mut b, at).unwrap();
+        b
+    };
+    // As a `sendfile` call in flight holds it.
+    let pin = found.body.pin().expect("the region is in use");
+    // Four regions of 256 KiB: enough writes to reclaim the first (queued, not flushed:
+    // the writer is to stop at the pin).
+    for i in 10..30 {
+        d.write(&big(i, 100_000));
+    }
+    assert!(
+        eventually(|| !found.body.intact()),
+        "the region's seq was retired"
+    );
+    // Retired, but neither punched nor rewritten while the pin is held.
+    assert!(read_file() == want, "the pinned bytes changed");
+    assert_eq!(d.stats().regions_reclaimed, 0);
+    // A new pin is refused now, as a `sendfile` call starting after the retirement is.
+    assert!(found.body.pin().is_err_and(|e| trove_disk::is_reused(&e)));
+    drop(pin);
+    assert!(eventually(|| d.stats().regions_reclaimed > 0));
+    d.flush();
+    assert!(read_file() != want, "punched and rewritten once unpinned");
+    assert!(d.open_body("http://example.com/1", 0).is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -258,8 +258,9 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
 impl<W: Sink> ClientWriter<W> {
     /// Writes a head announcing `len` body bytes, then that body from disk: with
     /// `sendfile(2)` on a TCP socket (the head sent with `MSG_MORE`, so it shares a segment
-    /// with the first body bytes), else read and written. See `trove_disk::zero_copy` for
-    /// why the region is checked after every call and why the last bytes go from memory.
+    /// with the first body bytes), else read and written. Each `sendfile` call runs under
+    /// a pin of the record's region; see `trove_disk::zero_copy` for why that keeps every
+    /// byte sent the record's.
     #[allow(clippy::too_many_arguments)]
     pub async fn send_disk(
         &mut self,
@@ -282,7 +283,6 @@ impl<W: Sink> ClientWriter<W> {
             client_version,
         );
         let head = self.head.split().freeze();
-        let split = len - len.min(trove_disk::TAIL);
         let timeout = self.timeout;
         let Some(tcp) = self.io.tcp() else {
             self.sent += head.len() as u64;
@@ -321,23 +321,29 @@ impl<W: Sink> ClientWriter<W> {
         self.sent += head.len() as u64;
         let (file, base) = body.file();
         let mut offset = base;
-        let end = base + split;
+        let end = base + len;
         while offset < end {
             let want = (end - offset).min(1 << 30) as usize;
             let n = tokio::time::timeout(
                 timeout,
                 tcp.async_io(tokio::io::Interest::WRITABLE, || {
+                    // Under a pin for the call only, never across an await: see
+                    // `trove_disk::zero_copy`, "Pins".
+                    let _pin = body.pin()?;
                     rustix::fs::sendfile(tcp, file, Some(&mut offset), want)
                         .map_err(std::io::Error::from)
                 }),
             )
             .await
             .map_err(|_| DiskSendError::Io(timed_out()))?
-            .map_err(DiskSendError::Io)?;
-            if !body.intact() {
-                reset(tcp);
-                return Err(DiskSendError::Reused);
-            }
+            .map_err(|e| {
+                if trove_disk::is_reused(&e) {
+                    reset(tcp);
+                    DiskSendError::Reused
+                } else {
+                    DiskSendError::Io(e)
+                }
+            })?;
             if n == 0 {
                 return Err(DiskSendError::Io(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
@@ -346,17 +352,7 @@ impl<W: Sink> ClientWriter<W> {
             }
             self.sent += n as u64;
         }
-        let tail = match body.read(split, len) {
-            Ok(t) => t,
-            Err(e) if trove_disk::is_reused(&e) => {
-                if let Some(tcp) = self.io.tcp() {
-                    reset(tcp);
-                }
-                return Err(DiskSendError::Reused);
-            }
-            Err(e) => return Err(DiskSendError::Io(e)),
-        };
-        self.send_body(tail, false).await.map_err(DiskSendError::Io)
+        Ok(())
     }
 }
 
