@@ -536,3 +536,29 @@ impl Storage for Tiered {
         self.memory.stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bodies kept whole for the disk while they arrive are bounded in all: past the limit
+    /// an evicted object is not kept, and what leaves gives its bytes back.
+    #[test]
+    fn bodies_kept_for_the_disk_while_arriving_stay_within_their_share() {
+        let mut a = ArrivingSet {
+            limit: 10,
+            ..ArrivingSet::default()
+        };
+        assert!(a.insert(1, "a".into(), 6));
+        assert!(!a.insert(2, "b".into(), 5), "over the limit");
+        assert!(!a.contains(2));
+        assert!(a.insert(3, "c".into(), 4));
+        assert_eq!(a.bytes, 10);
+        a.forget_key("a");
+        assert!(!a.contains(1));
+        assert!(a.insert(2, "b".into(), 5));
+        assert!(a.remove(3));
+        assert!(!a.remove(3));
+        assert_eq!(a.bytes, 5);
+    }
+}
