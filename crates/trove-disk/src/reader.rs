@@ -3,6 +3,11 @@
 //! read in one `pread` (the index's size hint); a large one's body is streamed in chunks
 //! and its checksum checked at the end, so it is never loaded whole and a corrupt one is
 //! never finished as complete.
+//!
+//! An object too large for one region is a head record listing fragment records
+//! (docs/storage-format.md, *Large objects*): the head is read and verified whole, then the
+//! body streamed a fragment at a time, each fragment verified as a record and as this body's
+//! (spool, number, offset), and the whole body's checksum at the last one.
 
 use std::sync::atomic::Ordering;
 

@@ -282,3 +282,49 @@ fn a_corrupt_fragment_is_never_served_as_a_complete_body() {
     assert!(b == body, "fetched again whole");
     assert!(fetched.load(Ordering::SeqCst) > before, "from the origin");
 }
+
+/// Issue 8: a large object becomes visible only once wholly written. Its head is written
+/// after its fragments; a crash between the two (here: the data file cut just before the
+/// head, as a power loss would) leaves fragments that no head names: after the restart the
+/// object is a miss, fetched whole, never a short body served as a hit.
+#[test]
+fn fragments_without_their_head_are_never_served() {
+    let dir = TempDir::new("disk-large-headless");
+    let disk = dir.join("cache");
+    let (origin, fetched) = large_origin();
+    store_large_then_kill(&dir, &disk, &origin, 1);
+    let data = disk.join("regions.dat");
+    let bytes = std::fs::read(&data).unwrap();
+    let key = format!("http://{origin}/m/0");
+    let at = bytes
+        .windows(key.len())
+        .rposition(|w| w == key.as_bytes())
+        .expect("the head names the key");
+    // The head's record header is the 64 bytes before its key.
+    let head_at = at - 64;
+    assert_eq!(
+        &bytes[head_at..head_at + 4],
+        b"TRVr",
+        "a record starts there"
+    );
+    assert_eq!(bytes[head_at + 6], 4, "and it is a head");
+    drop(bytes);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(head_at as u64)
+        .unwrap();
+
+    let t = Trove::start(&dir, &large_config(&disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let before = fetched.load(Ordering::SeqCst);
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(!is_hit(&head), "a miss: {head}");
+    assert!(b == large_body(0), "whole, from the origin");
+    assert_eq!(fetched.load(Ordering::SeqCst), before + 1);
+}
