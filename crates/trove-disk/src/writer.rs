@@ -358,6 +358,15 @@ impl Writer<'_> {
         epoch: u64,
         queued_at: Instant,
     ) -> std::io::Result<()> {
+        let body_len: u64 = obj.body.iter().map(|b| b.len() as u64).sum();
+        if body_len > self.shared.dir.region_count() as u64 * self.size / 2 {
+            // Its last fragments would reclaim the regions of its first ones.
+            self.shared
+                .stats
+                .writes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let fp = fingerprint(obj.key, obj.variant);
         let kh = key_hash(obj.key);
         let nanos = std::time::SystemTime::now()
@@ -407,6 +416,11 @@ impl Writer<'_> {
                     return Ok(());
                 };
                 fragments.push(at);
+                // Written a batch at a time, as any records: the open region's buffer
+                // need not hold the whole object.
+                if self.active.as_ref().is_some_and(|a| a.buf.len() >= BATCH) {
+                    self.flush()?;
+                }
                 offset += piece_len;
                 piece.clear();
                 piece_len = 0;
