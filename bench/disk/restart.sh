@@ -220,7 +220,9 @@ CONFIG proxy.config.admin.user_id STRING trafficserver
 CONFIG proxy.config.body_factory.template_sets_dir STRING /etc/trafficserver/body_factory
 CONFIG proxy.config.crash_log_helper STRING NULL
 CONF
-    echo "$dir/cache/disk ${gib}G" >"$dir/etc/storage.config"
+    # A directory: Traffic Server makes its cache file (cache.db) in it, of this size (a file
+    # path it does not find disables the cache: "unable to open cache disk(s)").
+    echo "$dir/cache ${gib}G" >"$dir/etc/storage.config"
     echo "map http://127.0.0.1:${PORT[ats]}/ http://127.0.0.1:$ORIGIN_PORT/" >"$dir/etc/remap.config"
     cp "$ROOT/bench/hits/peers/trafficserver/ip_allow.yaml" "$ROOT/bench/hits/peers/trafficserver/logging.yaml" "$dir/etc/"
     for file in plugin.config cache.config hosting.config parent.config volume.config \
@@ -246,6 +248,10 @@ EOF
     start ats-fill traffic_server --run-root="$dir/runroot.yaml"
     local g=${PGIDS[-1]}
     wait_port "${PORT[ats]}"
+    if grep -q "Cache Disabled" "$dir/log/diags.log" 2>/dev/null; then
+        log "Traffic Server started with its cache disabled: $(grep -m1 WARNING "$dir/log/diags.log")"
+        exit 1
+    fi
     start_origin 1
     fill_http "${PORT[ats]}"
     log "waiting 70 s for Traffic Server's directory sync (every 60 s)"
