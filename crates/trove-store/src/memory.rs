@@ -282,6 +282,11 @@ impl Storage for MemoryStore {
             let (Some(charge), Some((_, c))) = (charge, shard.ids.get_mut(&obj.id)) else {
                 return;
             };
+            // Usually so (a body whose length was declared): nothing to charge or evict,
+            // and the shared total is left alone (a locked instruction per miss saved).
+            if *c == charge {
+                return;
+            }
             let old = std::mem::replace(c, charge);
             shard.bytes = shard.bytes.saturating_sub(old) + charge;
             self.bytes.fetch_sub(old, Ordering::Relaxed);
