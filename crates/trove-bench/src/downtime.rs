@@ -498,6 +498,11 @@ pub fn execute(a: &DowntimeArgs) -> anyhow::Result<DowntimeReport> {
              working set as well as on the proxy"
                 .into(),
         ),
+        (Some(m), Some(h)) if h <= m => r.notes.push(
+            "the first hit came before the first miss: the proxy served objects it had stored \
+             before the kill (a disk tier)"
+                .into(),
+        ),
         (Some(_), None) => r.notes.push(format!(
             "no hit within {} s of the restart (a memory-only cache hits only objects it fetched \
              again after the restart; a longer --max-wait or a higher --rate gives it more revisits)",
@@ -527,8 +532,16 @@ struct Restarted {
     listening_s: Option<f64>,
 }
 
-/// Kills the proxy after the warm-up, restarts it, and waits for the first hit after the
-/// restart (or --max-wait).
+/// True once both a hit and a miss ended after `restart`: the test measures both, and a
+/// cache that kept its objects (a disk tier) may well serve its first hit before its
+/// first miss.
+fn seen_both(events: &[TxEvent], restart: Instant) -> bool {
+    let after = |o: Outcome| events.iter().any(|e| e.done >= restart && e.outcome == o);
+    after(Outcome::Hit) && after(Outcome::Miss)
+}
+
+/// Kills the proxy after the warm-up, restarts it, and waits for the first hit and the
+/// first miss after the restart (or --max-wait).
 #[allow(clippy::too_many_arguments)]
 fn drive(
     a: &DowntimeArgs,
@@ -573,12 +586,8 @@ fn drive(
                 restart.elapsed().as_secs_f64()
             ));
         }
-        let hit = events
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .any(|e| e.done >= restart && e.outcome == Outcome::Hit);
-        if hit || Instant::now() >= deadline {
+        let seen = seen_both(&events.lock().expect("not poisoned"), restart);
+        if seen || Instant::now() >= deadline {
             break;
         }
         if !child.running() {
@@ -610,6 +619,26 @@ fn drive(
 mod tests {
     use super::*;
     use crate::stats::ErrorKind;
+
+    #[test]
+    fn the_wait_after_the_restart_ends_only_with_a_hit_and_a_miss() {
+        let restart = Instant::now();
+        let ev = |done: Instant, outcome| TxEvent {
+            intended: done,
+            done,
+            outcome,
+        };
+        let before = restart - Duration::from_secs(1);
+        let after = restart + Duration::from_millis(50);
+        // A disk tier's first answer after the restart is a hit: keep waiting for a miss.
+        let mut events = vec![ev(before, Outcome::Miss), ev(after, Outcome::Hit)];
+        assert!(!seen_both(&events, restart));
+        events.push(ev(after + Duration::from_millis(50), Outcome::Miss));
+        assert!(seen_both(&events, restart));
+        // A memory-only cache: misses first, then a hit of something fetched again.
+        let events = vec![ev(before, Outcome::Hit), ev(after, Outcome::Miss)];
+        assert!(!seen_both(&events, restart));
+    }
 
     #[test]
     fn the_timeline_is_read_against_kill_and_restart() {

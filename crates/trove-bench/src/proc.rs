@@ -24,7 +24,10 @@ pub struct Child {
 /// proxies switch to when started as root.
 pub fn temp_dir(name: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("trove-bench-{}-{name}", std::process::id()));
+    // Unique within the process too: a library user (a test harness) may run two at once.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("trove-bench-{}-{n}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;

@@ -13,6 +13,9 @@
 //!   kernel (`/dev/urandom`) as hex, new at every start, kept across reloads, written with
 //!   mode 0600 to `admin-<port>.token` in the runtime directory and beside the socket
 //!   (`<socket>.token`), removed at a clean stop.
+//! - **Leftovers** of a trove that was killed (`kill -9`, a crash) are swept at the next
+//!   start that uses the runtime directory: a default socket nothing listens on any more
+//!   and older than [`STALE_AFTER`] goes, with its token files ([`sweep_stale`]).
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -72,6 +75,54 @@ pub fn socket_path(setting: &str, admin_port: Option<u16>) -> Option<PathBuf> {
         })),
         path => Some(PathBuf::from(path)),
     }
+}
+
+/// A socket file this old that refuses connections is a dead trove's; a younger one may
+/// be a trove that has bound it and is about to listen.
+pub const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes from `dir` (the runtime directory, private to this user) every `admin-*.sock`
+/// that is a socket nobody listens on and at least `min_age` old, with the token files
+/// written beside it and for its port. Returns how many sockets went. Errors are ignored:
+/// this is tidying, and a file that can't be removed is no danger.
+pub fn sweep_stale(dir: &Path, min_age: std::time::Duration) -> usize {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut swept = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name
+            .strip_prefix("admin-")
+            .and_then(|n| n.strip_suffix(".sock"))
+        else {
+            continue;
+        };
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if !meta.file_type().is_socket() || !old {
+            continue;
+        }
+        match std::os::unix::net::UnixStream::connect(&path) {
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            _ => continue, // Alive, or not ours to judge.
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            swept += 1;
+            let _ = std::fs::remove_file(token_beside(&path));
+            let _ = std::fs::remove_file(dir.join(format!("admin-{stem}.token")));
+        }
+    }
+    swept
 }
 
 /// A fresh random token: 32 bytes from the kernel, as hex.
@@ -134,5 +185,32 @@ mod tests {
         assert!(socket_path("auto", Some(9090))
             .unwrap()
             .ends_with("admin-9090.sock"));
+    }
+
+    #[test]
+    fn a_dead_troves_socket_and_tokens_are_swept_a_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("trove-admin-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ensure_private_dir(&dir).unwrap();
+        // A dead trove's: the listener is gone, its files remain.
+        let dead = dir.join("admin-1.sock");
+        drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+        write_token(&token_beside(&dead), "a").unwrap();
+        write_token(&dir.join("admin-1.token"), "a").unwrap();
+        // A live one, and a token of a TCP-only trove (no socket: nothing to judge it by).
+        let live = dir.join("admin-2.sock");
+        let _keep = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        write_token(&token_beside(&live), "b").unwrap();
+        write_token(&dir.join("admin-3.token"), "c").unwrap();
+        // Too young to judge.
+        assert_eq!(sweep_stale(&dir, std::time::Duration::from_secs(3600)), 0);
+        assert!(dead.exists());
+        assert_eq!(sweep_stale(&dir, std::time::Duration::ZERO), 1);
+        assert!(!dead.exists());
+        assert!(!token_beside(&dead).exists());
+        assert!(!dir.join("admin-1.token").exists());
+        assert!(live.exists() && token_beside(&live).exists());
+        assert!(dir.join("admin-3.token").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

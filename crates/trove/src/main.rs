@@ -222,8 +222,17 @@ impl AdminFiles {
         };
         let auto = config.admin.socket == "auto";
         let bound = if auto {
-            admin_files::ensure_private_dir(&admin_files::runtime_dir())
-                .and_then(|()| Ok(trove_admin::bind_unix(&path)?))
+            let dir = admin_files::runtime_dir();
+            admin_files::ensure_private_dir(&dir).and_then(|()| {
+                let swept = admin_files::sweep_stale(&dir, admin_files::STALE_AFTER);
+                if swept > 0 {
+                    eprintln!(
+                        "removed {swept} admin socket(s) of stopped trove processes from {}",
+                        dir.display()
+                    );
+                }
+                Ok(trove_admin::bind_unix(&path)?)
+            })
         } else {
             trove_admin::bind_unix(&path).map_err(anyhow::Error::from)
         };
