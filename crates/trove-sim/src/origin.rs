@@ -121,8 +121,7 @@ fn etag(version: u64) -> HeaderValue {
     let mut b = itoa_hex(version);
     b.insert(0, b'"');
     b.push(b'"');
-    // The buffer becomes the value's (no copy): hex digits and quotes are visible ASCII.
-    HeaderValue::from_maybe_shared(Bytes::from(b)).expect("hex digits and quotes")
+    HeaderValue::from_bytes(&b).expect("hex digits and quotes")
 }
 
 fn itoa_hex(mut n: u64) -> Vec<u8> {
