@@ -25,6 +25,8 @@ TARGETS=${TARGETS:-"trove nginx"}
 OBJECTS=${OBJECTS:-1000000}
 BODY=${BODY:-500}
 ROUNDS=${ROUNDS:-3}
+ATS_SYNC_WAIT=${ATS_SYNC_WAIT:-70}              # s before each kill: its directory syncs every 60 s
+ATS_BYTES_PER_OBJECT=${ATS_BYTES_PER_OBJECT:-2048}  # its cache file's size per object
 TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
 DISK_BENCH=${DISK_BENCH:-${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/disk_bench}
 RUN=${RUN:-/var/tmp/trove-restart.$$}
@@ -204,7 +206,7 @@ run_ats() {
     local dir=$RUN/ats file
     mkdir -p "$dir/etc" "$dir/cache" "$dir/log" "$dir/run" "$dir/var"
     # Sized for the objects: the directory has cache size / min_average_object_size entries.
-    local gib=$(( (OBJECTS * 2048 + (1 << 30) - 1) / (1 << 30) ))
+    local gib=$(( (OBJECTS * ATS_BYTES_PER_OBJECT + (1 << 30) - 1) / (1 << 30) ))
     cat >"$dir/etc/records.config" <<CONF
 CONFIG proxy.config.exec_thread.autoconfig INT 0
 CONFIG proxy.config.exec_thread.limit INT 1
@@ -220,7 +222,9 @@ CONFIG proxy.config.admin.user_id STRING trafficserver
 CONFIG proxy.config.body_factory.template_sets_dir STRING /etc/trafficserver/body_factory
 CONFIG proxy.config.crash_log_helper STRING NULL
 CONF
-    echo "$dir/cache/disk ${gib}G" >"$dir/etc/storage.config"
+    # A directory: Traffic Server makes its cache file (cache.db) in it, of this size (a file
+    # path it does not find disables the cache: "unable to open cache disk(s)").
+    echo "$dir/cache ${gib}G" >"$dir/etc/storage.config"
     echo "map http://127.0.0.1:${PORT[ats]}/ http://127.0.0.1:$ORIGIN_PORT/" >"$dir/etc/remap.config"
     cp "$ROOT/bench/hits/peers/trafficserver/ip_allow.yaml" "$ROOT/bench/hits/peers/trafficserver/logging.yaml" "$dir/etc/"
     for file in plugin.config cache.config hosting.config parent.config volume.config \
@@ -246,16 +250,20 @@ EOF
     start ats-fill traffic_server --run-root="$dir/runroot.yaml"
     local g=${PGIDS[-1]}
     wait_port "${PORT[ats]}"
+    if grep -q "Cache Disabled" "$dir/log/diags.log" 2>/dev/null; then
+        log "Traffic Server started with its cache disabled: $(grep -m1 WARNING "$dir/log/diags.log")"
+        exit 1
+    fi
     start_origin 1
     fill_http "${PORT[ats]}"
-    log "waiting 70 s for Traffic Server's directory sync (every 60 s)"
-    sleep 70
+    log "waiting $ATS_SYNC_WAIT s for Traffic Server's directory sync (every 60 s)"
+    sleep "$ATS_SYNC_WAIT"
     kill -KILL -- "-$g" || true; sleep 1
     du -sh "$dir/cache" | tee "$RESULTS/ats-du.txt" >&2
     start_origin 0
     # Each round: steady, then 70 s more so the directory was synced after the last restart.
     python3 "$HERE/restart.py" --name "ats-$OBJECTS" --proxy "127.0.0.1:${PORT[ats]}" \
-        --miss "/miss/{n}" $(probe_args /objects/ 200) --settle 70 \
+        --miss "/miss/{n}" $(probe_args /objects/ 200) --settle "$ATS_SYNC_WAIT" \
         --rounds "$ROUNDS" --log "$dir/restart.log" -- taskset -c 1 traffic_server --run-root="$dir/runroot.yaml" \
         | tee -a "$RESULTS/rounds.jsonl"
     rm -rf "$dir"

@@ -36,7 +36,14 @@ pub enum Kind {
     /// at recovery so a restart never revives what was removed.
     Tombstone = 2,
     // 3 was version 1's opaque invalidation payload; rules live in the journal now
-    // (`journal`), which no region reclamation can take away.
+    // (`journal`), which no region reclamation can take away. Version 1 directories are
+    // discarded, so 3 is free again.
+    /// A piece of a body too large for one record (docs/storage-format.md, *Large
+    /// objects*): never indexed, read only through the [`Kind::Head`] that lists it.
+    Fragment = 3,
+    /// A stored response whose body is in fragments: key, variant, labels and meta as an
+    /// object's, and for a body the [`FragmentList`]. Written after its fragments.
+    Head = 4,
 }
 
 impl Kind {
@@ -44,6 +51,8 @@ impl Kind {
         match b {
             1 => Some(Kind::Object),
             2 => Some(Kind::Tombstone),
+            3 => Some(Kind::Fragment),
+            4 => Some(Kind::Head),
             _ => None,
         }
     }
@@ -545,5 +554,143 @@ mod tests {
         assert_eq!(f.summary_offset, at);
         assert_eq!(f.entries(&bytes[..footer_at]).unwrap(), vec![e, e]);
         assert!(Footer::decode(&bytes[footer_at..], 6, size).is_err());
+    }
+}
+
+/// The largest body piece of one [`Kind::Fragment`] record: the writer's batch size, so a
+/// fragment is one `pwrite` at most and one verified `pread` to read back.
+pub const FRAGMENT_BODY: u64 = 1 << 20;
+
+/// Bytes of a fragment's meta: spool id (8), fragment number (4), zero (4), offset (8).
+pub const FRAGMENT_META_LEN: usize = 24;
+
+/// What a fragment says about itself (its meta section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentMeta {
+    /// Random per stored body, so a leftover of another write of the same object is never
+    /// taken for this one.
+    pub spool: u64,
+    pub number: u32,
+    /// Where its bytes start in the body.
+    pub offset: u64,
+}
+
+impl FragmentMeta {
+    pub fn encode(&self) -> [u8; FRAGMENT_META_LEN] {
+        let mut b = [0u8; FRAGMENT_META_LEN];
+        b[0..8].copy_from_slice(&self.spool.to_le_bytes());
+        b[8..12].copy_from_slice(&self.number.to_le_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<FragmentMeta, FormatError> {
+        if b.len() != FRAGMENT_META_LEN {
+            return Err(FormatError::Bounds);
+        }
+        Ok(FragmentMeta {
+            spool: u64_at(b, 0),
+            number: u32_at(b, 8),
+            offset: u64_at(b, 16),
+        })
+    }
+}
+
+/// Where one fragment record is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentRef {
+    pub region: u32,
+    /// The record's length on disk.
+    pub len: u32,
+    /// The `seq` of the region use it was written in.
+    pub seq: u64,
+    /// The record's offset in its region.
+    pub offset: u64,
+}
+
+/// A [`Kind::Head`]'s body: the whole body's length and checksum, and its fragments in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FragmentList {
+    pub body_len: u64,
+    /// XXH3-64 of the whole body.
+    pub body_sum: u64,
+    pub spool: u64,
+    pub fragments: Vec<FragmentRef>,
+}
+
+impl FragmentList {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + 24 * self.fragments.len());
+        b.extend_from_slice(&self.body_len.to_le_bytes());
+        b.extend_from_slice(&self.body_sum.to_le_bytes());
+        b.extend_from_slice(&self.spool.to_le_bytes());
+        b.extend_from_slice(&(self.fragments.len() as u32).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for f in &self.fragments {
+            b.extend_from_slice(&f.region.to_le_bytes());
+            b.extend_from_slice(&f.len.to_le_bytes());
+            b.extend_from_slice(&f.seq.to_le_bytes());
+            b.extend_from_slice(&f.offset.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<FragmentList, FormatError> {
+        if b.len() < 32 {
+            return Err(FormatError::Bounds);
+        }
+        let n = u32_at(b, 24) as usize;
+        if b.len() != 32 + 24 * n {
+            return Err(FormatError::Bounds);
+        }
+        let fragments = (0..n)
+            .map(|i| {
+                let at = 32 + 24 * i;
+                FragmentRef {
+                    region: u32_at(b, at),
+                    len: u32_at(b, at + 4),
+                    seq: u64_at(b, at + 8),
+                    offset: u64_at(b, at + 16),
+                }
+            })
+            .collect();
+        Ok(FragmentList {
+            body_len: u64_at(b, 0),
+            body_sum: u64_at(b, 8),
+            spool: u64_at(b, 16),
+            fragments,
+        })
+    }
+}
+
+#[cfg(test)]
+mod fragment_tests {
+    use super::*;
+
+    #[test]
+    fn a_fragment_list_and_a_fragment_meta_read_back_as_written() {
+        let l = FragmentList {
+            body_len: 3 << 20,
+            body_sum: 7,
+            spool: 9,
+            fragments: (0..3)
+                .map(|i| FragmentRef {
+                    region: i,
+                    len: 1 << 20,
+                    seq: 40 + i as u64,
+                    offset: 64 + 8 * i as u64,
+                })
+                .collect(),
+        };
+        assert_eq!(FragmentList::decode(&l.encode()), Ok(l.clone()));
+        let mut bad = l.encode();
+        bad.pop();
+        assert_eq!(FragmentList::decode(&bad), Err(FormatError::Bounds));
+        let m = FragmentMeta {
+            spool: 5,
+            number: 2,
+            offset: 2 << 20,
+        };
+        assert_eq!(FragmentMeta::decode(&m.encode()), Ok(m));
     }
 }

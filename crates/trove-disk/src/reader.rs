@@ -3,13 +3,20 @@
 //! read in one `pread` (the index's size hint); a large one's body is streamed in chunks
 //! and its checksum checked at the end, so it is never loaded whole and a corrupt one is
 //! never finished as complete.
+//!
+//! An object too large for one region is a head record listing fragment records
+//! (docs/storage-format.md, *Large objects*): the head is read and verified whole, then the
+//! body streamed a fragment at a time, each fragment verified as a record and as this body's
+//! (spool, number, offset), and the whole body's checksum at the last one.
 
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::format::{FormatError, Kind, Record, RecordHeader, RECORD_HEADER_LEN};
+use crate::format::{
+    FormatError, FragmentList, FragmentMeta, Kind, Record, RecordHeader, RECORD_HEADER_LEN,
+};
 use crate::index::Loc;
 use crate::shared::Shared;
 
@@ -40,6 +47,9 @@ pub struct BodyStream {
     hasher: Xxh3,
     checksum: u64,
     len: u64,
+    /// A head's fragments (docs/storage-format.md, *Large objects*), and the next to read.
+    fragments: Option<Box<FragmentList>>,
+    fragment: usize,
 }
 
 impl std::fmt::Debug for BodyStream {
@@ -93,6 +103,9 @@ pub fn load(
     );
     let b = read(shared, loc, loc.offset(), first.min(room))?;
     let h = RecordHeader::decode(&b, seq, room)?;
+    if h.kind == Kind::Head && h.fingerprint == fp {
+        return load_head(shared, fp, loc, key, seq, h, b);
+    }
     if h.kind != Kind::Object || h.fingerprint != fp {
         return Ok(None);
     }
@@ -159,12 +172,118 @@ pub fn load(
             hasher,
             checksum: h.checksum,
             len: h.body_len,
+            fragments: None,
+            fragment: 0,
         })),
     }))
 }
 
+/// A head record: verified whole (it is small: the fragment list), its body to be streamed
+/// fragment by fragment. `Ok(None)` (and the index entry gone) when a fragment's region was
+/// reused since: the object lost part of its body, which is no corruption.
+fn load_head(
+    shared: &Shared,
+    fp: u64,
+    loc: Loc,
+    key: &str,
+    seq: u64,
+    h: RecordHeader,
+    b: Bytes,
+) -> Result<Option<Loaded>, ReadError> {
+    let whole = h.record_len();
+    let b = if (b.len() as u64) < whole {
+        read(shared, loc, loc.offset(), whole)?
+    } else {
+        b
+    };
+    let r = Record::decode(&b, seq)?;
+    if r.key != key {
+        return Ok(None);
+    }
+    let list = FragmentList::decode(&r.body)?;
+    let gone = list.fragments.iter().any(|f| {
+        shared
+            .seqs
+            .get(f.region as usize)
+            .map(|s| s.load(Ordering::Acquire))
+            != Some(f.seq)
+    });
+    if gone {
+        shared.index.remove_if_at(fp, loc);
+        return Ok(None);
+    }
+    let mut head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
+    head.labels =
+        crate::labels::decode(&r.labels, checked_floor(shared)).map_err(|_| ReadError::Labels)?;
+    Ok(Some(Loaded {
+        key: r.key,
+        variant: r.variant,
+        head,
+        body: LoadedBody::Stream(Box::new(BodyStream {
+            fingerprint: fp,
+            loc,
+            seq,
+            next: 0,
+            remaining: list.body_len,
+            hasher: Xxh3::new(),
+            checksum: list.body_sum,
+            len: list.body_len,
+            fragments: Some(Box::new(list)),
+            fragment: 0,
+        })),
+    }))
+}
+
+/// The next fragment of a head's body, verified: its record (checksum, `seq`, kind,
+/// fingerprint), its place in this body (spool, number, offset), and at the last one the
+/// whole body's checksum.
+fn next_fragment(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option<Bytes>> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let Some(list) = s.fragments.as_deref() else {
+        return Ok(None);
+    };
+    let Some(f) = list.fragments.get(s.fragment).copied() else {
+        return if s.remaining == 0 {
+            Ok(None)
+        } else {
+            Err(bad("fragments end before the body"))
+        };
+    };
+    let current = shared
+        .seqs
+        .get(f.region as usize)
+        .map(|x| x.load(Ordering::Acquire));
+    if current != Some(f.seq) {
+        return Err(bad("a fragment's region was reused while being read"));
+    }
+    let b = Bytes::from(shared.dir.read_vec(f.region, f.offset, f.len as usize)?);
+    let r = Record::decode(&b, f.seq).map_err(|e| bad(&format!("fragment: {e}")))?;
+    let m = FragmentMeta::decode(&r.meta).map_err(|e| bad(&format!("fragment: {e}")))?;
+    let start = s.len - s.remaining;
+    if r.header.kind != Kind::Fragment
+        || r.header.fingerprint != s.fingerprint
+        || m.spool != list.spool
+        || m.number as usize != s.fragment
+        || m.offset != start
+        || r.body.is_empty()
+        || r.body.len() as u64 > s.remaining
+    {
+        return Err(bad("not this body's fragment"));
+    }
+    s.hasher.update(&r.body);
+    s.remaining -= r.body.len() as u64;
+    s.fragment += 1;
+    if s.fragment == list.fragments.len() && (s.remaining != 0 || s.hasher.digest() != s.checksum) {
+        return Err(bad("checksum mismatch over the whole body"));
+    }
+    Ok(Some(r.body))
+}
+
 /// The next chunk of a streamed body (see [`crate::DiskStore::stream`]).
 pub fn next_chunk(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option<Bytes>> {
+    if s.fragments.is_some() {
+        return next_fragment(shared, s);
+    }
     let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
     if s.remaining == 0 {
         return Ok(None);

@@ -212,7 +212,10 @@ impl<'a> Applier<'a> {
         for f in regions {
             for e in f.entries.iter().rev() {
                 match e.kind {
-                    Kind::Object => {
+                    // A fragment is read only through its head; a head whose fragments
+                    // were reclaimed fails its read (verified) and is dropped then.
+                    Kind::Fragment => {}
+                    Kind::Object | Kind::Head => {
                         if !self.gone.covers(e) {
                             self.run.push(Pending {
                                 fingerprint: e.fingerprint,
@@ -351,7 +354,10 @@ pub(crate) fn judge_region(
     };
     let floor = shared.disk_checked.load(Ordering::Acquire);
     let mut out = Vec::new();
-    for e in entries.iter().filter(|e| e.kind == Kind::Object) {
+    for e in entries
+        .iter()
+        .filter(|e| matches!(e.kind, Kind::Object | Kind::Head))
+    {
         let loc = Loc::new(r, e.offset as u64, e.len as u64);
         if !shared
             .index

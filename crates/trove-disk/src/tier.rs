@@ -6,7 +6,10 @@
 //!   `kill -9` loses only what the writer had not reached (see `writer`), not everything
 //!   that happened to be in memory.
 //! - **Demotion.** A memory victim not yet on disk (the queue was full, or its head was
-//!   freshened since) is written on its way out by the memory tier's `EvictionHook`.
+//!   freshened since) is written on its way out by the memory tier's `EvictionHook`. A
+//!   victim whose body is still arriving is written when it completes: its fill keeps the
+//!   body whole meanwhile ([`Storage::wants`]), within a quarter of the memory tier's budget
+//!   for all such bodies together.
 //! - **Promotion.** A memory miss the disk index may hold is loaded by the proxy's driver
 //!   ([`Tiered::promote`], blocking I/O, on the blocking pool: never inside a cache-core
 //!   decision) into the memory tier, verified, whole when small; a large body is inserted
@@ -33,8 +36,65 @@ pub const WHOLE_LIMIT: u64 = 1 << 20;
 /// Memory-tier object ids whose current snapshot is on disk or queued for it.
 type Persisted = Arc<Mutex<HashSet<u64>>>;
 
-/// Ids (and keys) of objects evicted while their body was still arriving.
-type Arriving = Arc<Mutex<HashMap<u64, String>>>;
+/// Objects evicted while their body was still arriving, to be written to disk when it
+/// completes. Their fills keep their bodies whole until then (see [`Tiered::wants`]),
+/// outside the memory tier's budget, so the bytes they may hold are bounded: at most
+/// [`ARRIVING_SHARE`] of the memory tier's budget, charged as the memory tier charged them
+/// (the declared length, or what had arrived); past that an object evicted while arriving
+/// is not kept for the disk, as before (its body keeps only `stream_buffer` bytes).
+#[derive(Default)]
+struct ArrivingSet {
+    /// Id → (key, bytes charged).
+    objects: HashMap<u64, (String, u64)>,
+    bytes: u64,
+    /// The most `bytes` may reach.
+    limit: u64,
+}
+
+/// The share of the memory tier's budget that bodies evicted while arriving may hold in
+/// all, kept whole for the disk: a quarter.
+const ARRIVING_SHARE: u64 = 4;
+
+impl ArrivingSet {
+    fn insert(&mut self, id: u64, key: String, charge: u64) -> bool {
+        if self.bytes.saturating_add(charge) > self.limit {
+            return false;
+        }
+        self.bytes += charge;
+        if let Some((_, old)) = self.objects.insert(id, (key, charge)) {
+            self.bytes -= old;
+        }
+        true
+    }
+
+    fn remove(&mut self, id: u64) -> bool {
+        match self.objects.remove(&id) {
+            Some((_, c)) => {
+                self.bytes -= c;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.objects.contains_key(&id)
+    }
+
+    fn forget_key(&mut self, key: &str) {
+        let ids: Vec<u64> = self
+            .objects
+            .iter()
+            .filter(|(_, (k, _))| k == key)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.remove(id);
+        }
+    }
+}
+
+type Arriving = Arc<Mutex<ArrivingSet>>;
 
 /// Objects promoted from disk kept this many at most in [`Recent`].
 const RECENT: usize = 1024;
@@ -146,7 +206,10 @@ impl EvictionHook for Demote {
             return;
         }
         if obj.body.outcome().is_none() {
-            self.arriving.lock().insert(obj.id(), obj.key.clone());
+            let charge = obj.charge();
+            self.arriving
+                .lock()
+                .insert(obj.id(), obj.key.clone(), charge);
         } else {
             self.disk.write(&obj);
         }
@@ -202,7 +265,10 @@ impl Tiered {
             disk.attach(Arc::clone(inv));
         }
         let persisted: Persisted = Arc::default();
-        let arriving: Arriving = Arc::default();
+        let arriving: Arriving = Arc::new(Mutex::new(ArrivingSet {
+            limit: memory.stats().capacity / ARRIVING_SHARE,
+            ..ArrivingSet::default()
+        }));
         let from_disk: FromDisk = Arc::default();
         let memory = memory.with_eviction_hook(Arc::new(Demote {
             disk: Arc::clone(&disk),
@@ -397,7 +463,7 @@ impl Storage for Tiered {
         self.forget(key);
         self.recent.lock().forget(key);
         // An evicted object still arriving is no longer wanted on disk either.
-        self.arriving.lock().retain(|_, k| k != key);
+        self.arriving.lock().forget_key(key);
         let on_disk = self.disk.may_hold(key);
         let n = self.memory.remove(key, why);
         self.disk.remove(key, None);
@@ -410,7 +476,7 @@ impl Storage for Tiered {
 
     fn remove_object(&self, obj: &Object, why: Removal) -> bool {
         self.persisted.lock().remove(&obj.id());
-        self.arriving.lock().remove(&obj.id());
+        self.arriving.lock().remove(obj.id());
         {
             let mut recent = self.recent.lock();
             if recent.get(&obj.key).iter().any(|o| o.id() == obj.id()) {
@@ -427,8 +493,16 @@ impl Storage for Tiered {
         self.memory.holds(obj)
     }
 
+    /// Stored in memory, or evicted from it while arriving and to be written to disk when
+    /// complete ([`Tiered::recharge`]): the fill must keep the whole body for that (it is
+    /// at most the memory tier's `max_object`, outside its budget until then).
+    fn wants(&self, obj: &Object) -> bool {
+        self.memory.holds(obj)
+            || (!self.disk.has_failed() && self.arriving.lock().contains(obj.id()))
+    }
+
     fn recharge(&self, obj: &Object) {
-        if obj.body.outcome().is_some() && self.arriving.lock().remove(&obj.id()).is_some() {
+        if obj.body.outcome().is_some() && self.arriving.lock().remove(obj.id()) {
             // Evicted while arriving, now complete: demoted as it would have been.
             if obj.body.outcome() == Some(Ok(())) {
                 self.disk.write(obj);
@@ -454,10 +528,37 @@ impl Storage for Tiered {
 
     fn resize(&self, capacity: u64, max_object: u64) -> bool {
         // The memory tier's budget; the disk's is fixed until the next start.
+        self.arriving.lock().limit = capacity / ARRIVING_SHARE;
         self.memory.resize(capacity, max_object)
     }
 
     fn stats(&self) -> StoreStats {
         self.memory.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bodies kept whole for the disk while they arrive are bounded in all: past the limit
+    /// an evicted object is not kept, and what leaves gives its bytes back.
+    #[test]
+    fn bodies_kept_for_the_disk_while_arriving_stay_within_their_share() {
+        let mut a = ArrivingSet {
+            limit: 10,
+            ..ArrivingSet::default()
+        };
+        assert!(a.insert(1, "a".into(), 6));
+        assert!(!a.insert(2, "b".into(), 5), "over the limit");
+        assert!(!a.contains(2));
+        assert!(a.insert(3, "c".into(), 4));
+        assert_eq!(a.bytes, 10);
+        a.forget_key("a");
+        assert!(!a.contains(1));
+        assert!(a.insert(2, "b".into(), 5));
+        assert!(a.remove(3));
+        assert!(!a.remove(3));
+        assert_eq!(a.bytes, 5);
     }
 }

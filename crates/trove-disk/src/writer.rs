@@ -36,9 +36,19 @@ use bytes::Bytes;
 use trove_store::hash::{fingerprint, key_hash};
 
 use crate::format::{
-    seal, Kind, NewRecord, Record, RegionHeader, SummaryEntry, FLAG_VARIED, FOOTER_LEN,
-    REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
+    seal, FragmentList, FragmentMeta, FragmentRef, Kind, NewRecord, Record, RegionHeader,
+    SummaryEntry, ALIGN, FLAG_VARIED, FOOTER_LEN, FRAGMENT_BODY, FRAGMENT_META_LEN,
+    RECORD_HEADER_LEN, REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
 };
+
+/// An object to write as fragments and a head.
+struct Large<'a> {
+    key: &'a str,
+    variant: &'a str,
+    labels: &'a [u8],
+    meta: &'a [u8],
+    body: &'a [Bytes],
+}
 use crate::index::Loc;
 use crate::recovery;
 use crate::shared::{Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
@@ -254,6 +264,20 @@ impl Writer<'_> {
                 queued_at,
             } => {
                 self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                let body_len: u64 = body.iter().map(|b| b.len() as u64).sum();
+                if self.head_len(&key, &variant, &labels, &meta, body_len) > self.max_record() {
+                    return self.append_large(
+                        Large {
+                            key: &key,
+                            variant: &variant,
+                            labels: &labels,
+                            meta: &meta,
+                            body: &body,
+                        },
+                        epoch,
+                        queued_at,
+                    );
+                }
                 let rec = NewRecord {
                     kind: Kind::Object,
                     flags: crate::shared::flags_for(&variant),
@@ -312,13 +336,133 @@ impl Writer<'_> {
         epoch: u64,
         queued_at: Option<Instant>,
     ) -> std::io::Result<()> {
+        self.place(rec, epoch, queued_at).map(|_| ())
+    }
+
+    /// The bytes a record of these parts takes with a body of `body` bytes.
+    fn head_len(&self, key: &str, variant: &str, labels: &[u8], meta: &[u8], body: u64) -> u64 {
+        crate::format::aligned(
+            RECORD_HEADER_LEN as u64
+                + (key.len() + variant.len() + labels.len() + meta.len()) as u64
+                + body,
+        )
+    }
+
+    /// An object too large for one record: its body as fragments of at most
+    /// [`FRAGMENT_BODY`], then a head listing them (docs/storage-format.md, *Large
+    /// objects*). Only the head is published to the index, once it is written, so the
+    /// object becomes visible only when wholly written.
+    fn append_large(
+        &mut self,
+        obj: Large<'_>,
+        epoch: u64,
+        queued_at: Instant,
+    ) -> std::io::Result<()> {
+        let body_len: u64 = obj.body.iter().map(|b| b.len() as u64).sum();
+        if body_len > self.shared.dir.region_count() as u64 * self.size / 2 {
+            // Its last fragments would reclaim the regions of its first ones.
+            self.shared
+                .stats
+                .writes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let fp = fingerprint(obj.key, obj.variant);
+        let kh = key_hash(obj.key);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let spool = xxhash_rust::xxh3::xxh3_64_with_seed(&nanos.to_le_bytes(), fp ^ self.next_seq);
+        // At most [`FRAGMENT_BODY`], and a fragment record must fit a region.
+        let most = FRAGMENT_BODY
+            .min(self.max_record() - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN);
+        let mut whole = xxhash_rust::xxh3::Xxh3::new();
+        let mut fragments = Vec::new();
+        let mut piece: Vec<Bytes> = Vec::new();
+        let mut piece_len = 0u64;
+        let mut offset = 0u64;
+        let mut chunks = obj
+            .body
+            .iter()
+            .cloned()
+            .collect::<std::collections::VecDeque<_>>();
+        while let Some(mut c) = chunks.pop_front() {
+            let room = (most - piece_len) as usize;
+            if c.len() > room {
+                chunks.push_front(c.split_off(room));
+            }
+            whole.update(&c);
+            piece_len += c.len() as u64;
+            piece.push(c);
+            if piece_len == most || chunks.is_empty() {
+                let meta = FragmentMeta {
+                    spool,
+                    number: fragments.len() as u32,
+                    offset,
+                }
+                .encode();
+                let rec = NewRecord {
+                    kind: Kind::Fragment,
+                    flags: 0,
+                    key: "",
+                    variant: "",
+                    fingerprint: fp,
+                    key_hash: kh,
+                    labels: &[],
+                    meta: &meta,
+                    body: &piece,
+                };
+                let Some(at) = self.place(&rec, epoch, None)? else {
+                    return Ok(());
+                };
+                fragments.push(at);
+                // Written a batch at a time, as any records: the open region's buffer
+                // need not hold the whole object.
+                if self.active.as_ref().is_some_and(|a| a.buf.len() >= BATCH) {
+                    self.flush()?;
+                }
+                offset += piece_len;
+                piece.clear();
+                piece_len = 0;
+            }
+        }
+        let list = FragmentList {
+            body_len: offset,
+            body_sum: whole.digest(),
+            spool,
+            fragments,
+        }
+        .encode();
+        let body = [Bytes::from(list)];
+        let rec = NewRecord {
+            kind: Kind::Head,
+            flags: crate::shared::flags_for(obj.variant),
+            key: obj.key,
+            variant: obj.variant,
+            fingerprint: fp,
+            key_hash: kh,
+            labels: obj.labels,
+            meta: obj.meta,
+            body: &body,
+        };
+        self.append(&rec, epoch, Some(queued_at))
+    }
+
+    /// Appends one record to the open region (rolling to the next when it does not fit);
+    /// where it went, or `None` if it is larger than a region (dropped and counted).
+    fn place(
+        &mut self,
+        rec: &NewRecord<'_>,
+        epoch: u64,
+        queued_at: Option<Instant>,
+    ) -> std::io::Result<Option<FragmentRef>> {
         let len = rec.record_len();
         if len > self.max_record() {
             self.shared
                 .stats
                 .writes_dropped
                 .fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(None);
         }
         if !self.fits(len) {
             self.roll()?;
@@ -327,8 +471,15 @@ impl Writer<'_> {
         let offset = a.start + a.buf.len() as u64;
         let h = rec.encode_into(a.seq, &mut a.buf);
         a.entries.push(SummaryEntry::of(&h, offset));
+        let at = FragmentRef {
+            region: a.region,
+            len: len as u32,
+            seq: a.seq,
+            offset,
+        };
         match rec.kind {
-            Kind::Object => {
+            Kind::Fragment => {}
+            Kind::Object | Kind::Head => {
                 a.publish.push(Publish::Put {
                     fp: h.fingerprint,
                     key_hash: h.key_hash,
@@ -352,7 +503,7 @@ impl Writer<'_> {
         if !self.reinsert.is_empty() {
             self.write_reinserts()?;
         }
-        Ok(())
+        Ok(Some(at))
     }
 
     fn write_reinserts(&mut self) -> std::io::Result<()> {
@@ -510,7 +661,13 @@ impl Writer<'_> {
             Reclaim::Fifo => 0,
             Reclaim::FifoReinsert => self.size / 2,
         };
-        for e in entries.iter().filter(|e| e.kind == Kind::Object) {
+        // Heads leave the index like objects but are never copied forward: their fragments
+        // stay where they are, and copying them (up to a whole object) would turn FIFO
+        // reclaiming into compaction.
+        for e in entries
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::Object | Kind::Head))
+        {
             let loc = Loc::new(victim, e.offset as u64, e.len as u64);
             let Some(cur) = self.shared.index.get(e.fingerprint) else {
                 continue;
@@ -518,7 +675,7 @@ impl Writer<'_> {
             if !cur.same_place(loc) {
                 continue;
             }
-            if cur.accessed() && (e.len as u64) <= budget {
+            if e.kind == Kind::Object && cur.accessed() && (e.len as u64) <= budget {
                 let mut b = bytes::BytesMut::zeroed(e.len as usize);
                 let n = self.shared.dir.read_at(victim, e.offset as u64, &mut b)?;
                 b.truncate(n);

@@ -10,7 +10,7 @@
 //! | [`Storage::update_meta`] | a 304 or a HEAD freshens the stored head *in place*: same identity, same body, so a body still arriving is never shared by two objects. |
 //! | [`Storage::touch`] | a hit feeds the eviction policy. |
 //! | [`Storage::remove`] / [`Storage::remove_object`] | invalidation, purge, a failed body; the [`Removal`] reason is counted. |
-//! | [`Storage::holds`] / [`Storage::recharge`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
+//! | [`Storage::holds`] / [`Storage::recharge`] / [`Storage::wants`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
 //! | [`Storage::resize`] | a reload changed the budget: the cache is kept, trimmed to the new size. |
 //! | [`Storage::invalidations`] / [`Storage::scan`] | invalidation by rule (tags, named caches, prefixes, bans) judged lazily at lookup and swept in the background. |
 //!
@@ -123,6 +123,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn holds(&self, obj: &Object) -> bool;
     /// `obj`'s body grew or completed: charge its size again and evict to budget.
     fn recharge(&self, obj: &Object);
+    /// True while `obj`'s body, still arriving, is to be kept whole: it is stored
+    /// ([`Storage::holds`]), or a lower tier takes it once complete (a memory tier over a
+    /// disk evicted it while it arrived, and demotes it when it completes). A fill that finds
+    /// this false keeps only what its readers still need (the body is no longer stored).
+    fn wants(&self, obj: &Object) -> bool {
+        self.holds(obj)
+    }
     /// The largest object this store admits.
     fn max_object(&self) -> u64;
     /// Counters.

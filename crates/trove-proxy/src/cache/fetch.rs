@@ -190,11 +190,12 @@ impl Fill<'_> {
                     since_recharge += n;
                     if since_recharge >= RECHARGE_EVERY && !body.is_unstored() {
                         since_recharge = 0;
-                        if self.store.holds(self.obj) {
+                        if self.store.wants(self.obj) {
                             self.store.recharge(self.obj);
                         } else {
-                            // Purged, evicted or replaced mid-transfer: nobody new can find
-                            // it, so read no faster than the clients still reading it.
+                            // Purged, evicted or replaced mid-transfer (and no lower tier
+                            // takes it when complete): nobody new can find it, so read no
+                            // faster than the clients still reading it.
                             self.unstore(body);
                         }
                     }

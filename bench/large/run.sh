@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# bench/large/run.sh: large objects and the disk tier (issue 8), two measurements.
+#
+# 1. `evicted`: 300 objects of SIZE (1 MiB) through trove with a 16 MiB memory tier (16 shards of
+#    1 MiB: each object is evicted from memory while it arrives) and a disk tier, one at a time,
+#    then a second pass: how many reached the disk (trove_disk_writes_total, and origin requests
+#    in the second pass, which must be 0).
+# 2. `rss`: one BIG (200 MB) body through trove to two clients at once, one reading at full
+#    speed, one at SLOW (20 MB/s); trove's RSS sampled every 100 ms (VmRSS, /proc), the peak
+#    and the value before reported. trove as configured by default ([cache] max_object 64MiB),
+#    with a disk tier.
+# 3. `rss-stored`: the same with a MID (60 MB) body, under the default [cache] (memory 256MiB,
+#    max_object 64MiB) with a disk tier: stored, so both clients share one origin fetch, and
+#    held whole in memory, then written to disk when complete (over a 16 MiB region: as
+#    fragments and a head; before those, dropped by the writer).
+#
+#   bash bench/large/run.sh
+#
+# After MEASURING.md: clients on CPU 0, trove and the origin (nginx, bench/hits' origin.conf) on
+# CPU 1. Everything it starts runs in its own process group and is stopped by that id on exit;
+# its files are in RUN, removed on exit.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SIZE=${SIZE:-1M}
+OBJECTS=${OBJECTS:-300}
+BIG=${BIG:-200M}
+MID=${MID:-60M}
+SLOW=${SLOW:-20M}
+TROVE_BIN=${TROVE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/trove}
+RUN=${RUN:-/tmp/trove-bench-large.$$}
+PORT=${PORT:-38290}
+ADMIN=${ADMIN:-38291}
+PORT2=${PORT2:-38292}
+ADMIN2=${ADMIN2:-38293}
+ORIGIN_PORT=${ORIGIN_PORT:-38280}
+PGIDS=()
+log() { printf '[large %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+cleanup() {
+    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    sleep 0.5
+    for g in "${PGIDS[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+start() { # name cmd...: in its own process group on CPU 1
+    local name=$1
+    shift
+    setsid taskset -c 1 "$@" >"$RUN/$name.out" 2>&1 &
+    PGIDS+=($!)
+}
+wait_port() {
+    for _ in $(seq 1 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    log "port $1 never opened"; for f in "$RUN"/*.out; do echo "== $f" >&2; tail -n 5 "$f" >&2; done; exit 1
+}
+metric() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+mkdir -p "$RUN/www/o" "$RUN/origin/tmp" "$RUN/trove"
+for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o/$i.bin"; done
+head -c "$BIG" /dev/urandom >"$RUN/www/big.bin"
+head -c "$MID" /dev/urandom >"$RUN/www/mid.bin"
+chown -R nobody:nogroup "$RUN/origin" "$RUN/www" 2>/dev/null || true
+chmod 755 "$RUN"
+sed -e "s#@RUN@#$RUN#g; s#127.0.0.1:18080#127.0.0.1:$ORIGIN_PORT#" "$ROOT/bench/hits/peers/origin.conf" >"$RUN/origin.conf"
+cat >"$RUN/trove.toml" <<CONF
+[[listener]]
+addr = "127.0.0.1:$PORT"
+mode = "reverse"
+[[origin]]
+host = "*"
+upstreams = ["http://127.0.0.1:$ORIGIN_PORT"]
+[cache]
+memory = "16MiB"              # 16 shards of 1 MiB: a 1 MiB object is evicted while it arrives
+max_object = "4MiB"           # above the 1 MiB objects (the default, 64MiB, is capped at memory / 2)
+[cache.disk]
+path = "$RUN/trove/cache"
+size = "1GiB"                 # room for the 300 objects
+[runtime]
+threads = 1                   # one core
+[admin]
+listen = "127.0.0.1:$ADMIN"
+CONF
+cat >"$RUN/trove2.toml" <<CONF
+[[listener]]
+addr = "127.0.0.1:$PORT2"
+mode = "reverse"
+[[origin]]
+host = "*"
+upstreams = ["http://127.0.0.1:$ORIGIN_PORT"]
+[cache.disk]                  # [cache] at its defaults: memory 256MiB, max_object 64MiB
+path = "$RUN/trove2/cache"
+size = "1GiB"
+[runtime]
+threads = 1
+[admin]
+listen = "127.0.0.1:$ADMIN2"
+CONF
+mkdir -p "$RUN/trove2"
+start origin nginx -c "$RUN/origin.conf"
+wait_port "$ORIGIN_PORT"
+start trove "$TROVE_BIN" serve --config "$RUN/trove.toml"
+wait_port "$PORT"
+TROVE_PID=$(pgrep -g "${PGIDS[1]}" -x trove | head -1)
+
+log "evicted: $OBJECTS objects of $SIZE, one at a time"
+for i in $(seq 0 $((OBJECTS - 1))); do
+    taskset -c 0 curl -s -o /dev/null "http://127.0.0.1:$PORT/o/$i.bin"
+done
+sleep 2   # the disk writer: sync_interval is 1 s
+before=$(wc -l <"$RUN/origin/access.log")
+taskset -c 0 curl -s -o /dev/null "http://127.0.0.1:$PORT/o/[0-$((OBJECTS - 1))].bin"
+after=$(wc -l <"$RUN/origin/access.log")
+echo "evicted: writes_total=$(metric trove_disk_writes_total) queued=$(metric trove_disk_writes_queued_total) shed=$(metric trove_disk_writes_shed_total) store_evictions=$(metric trove_store_evictions_total) second-pass origin requests=$((after - before)) of $OBJECTS"
+
+log "rss: $BIG to two clients, one at $SLOW/s"
+rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+two_clients() { # pid port file: the two clients, trove's RSS sampled meanwhile
+    local pid=$1 port=$2 file=$3 base peak r fast slow
+    base=$(rss "$pid")
+    peak=$base
+    taskset -c 0 curl -s -o /dev/null -w 'fast: %{size_download} bytes in %{time_total} s\n' "http://127.0.0.1:$port/$file" &
+    fast=$!
+    taskset -c 0 curl -s -o /dev/null --limit-rate "$SLOW" -w 'slow: %{size_download} bytes in %{time_total} s\n' "http://127.0.0.1:$port/$file" &
+    slow=$!
+    while kill -0 "$slow" 2>/dev/null || kill -0 "$fast" 2>/dev/null; do
+        r=$(rss "$pid")
+        [ "$r" -gt "$peak" ] && peak=$r
+        sleep 0.1
+    done
+    wait "$fast" "$slow"
+    echo "trove VmRSS before ${base} KiB, peak ${peak} KiB, after $(rss "$pid") KiB; origin requests for $file: $(grep -c "$file" "$RUN/origin/access.log")"
+}
+echo "rss: $(two_clients "$TROVE_PID" "$PORT" big.bin); buffered gauge after: $(metric trove_body_buffered_bytes)"
+
+log "rss-stored: $MID to two clients, one at $SLOW/s, [cache] defaults"
+start trove2 "$TROVE_BIN" serve --config "$RUN/trove2.toml"
+wait_port "$PORT2"
+TROVE2_PID=$(pgrep -g "${PGIDS[2]}" -x trove | head -1)
+echo "rss-stored: $(two_clients "$TROVE2_PID" "$PORT2" mid.bin)"
+sleep 2   # the disk writer
+echo "rss-stored: on disk: writes_total=$(curl -s "http://127.0.0.1:$ADMIN2/metrics" | awk '$1 == "trove_disk_writes_total" { print $2 }') dropped=$(curl -s "http://127.0.0.1:$ADMIN2/metrics" | awk '$1 == "trove_disk_writes_dropped_total" { print $2 }')"

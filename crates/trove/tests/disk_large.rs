@@ -1,0 +1,330 @@
+//! The disk tier and objects near or over the memory tier's share, in a real `trove serve`
+//! child process: what the memory tier can't keep while it arrives must still reach the disk.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Trove};
+
+/// Object `i`'s body: about 1 MB (1,000,000 to 1,199,993 bytes, so some cross the 1 MiB a
+/// fill recharges the store at), its bytes following from `i`.
+fn mb_body(i: usize) -> Vec<u8> {
+    let n = 1_000_000 + (i * 7919) % 200_000;
+    let mut out = Vec::with_capacity(n + 8);
+    let mut k = 0u64;
+    while out.len() < n {
+        let x = ((i as u64) << 32 | k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        out.extend_from_slice(&x.to_le_bytes());
+        k += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+/// GET `/m/<i>` through trove; `(head, body)`, or `None` if the exchange failed.
+fn get(proxy: &str, origin: &str, i: usize) -> Option<(String, Vec<u8>)> {
+    let mut s = TcpStream::connect(proxy).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    let req = format!(
+        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    Some((head, out[end + 4..].to_vec()))
+}
+
+/// The disk tier's and the store's metrics, for failure messages.
+fn metrics(admin: &str) -> String {
+    metrics_text(admin)
+        .lines()
+        .filter(|l| l.starts_with("trove_disk") || l.starts_with("trove_store"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn config(disk: &Path) -> String {
+    format!(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"16MiB\"\nmax_object = \"4MiB\"\n[cache.disk]\npath = \"{}\"\n\
+         size = \"512MiB\"\n",
+        disk.display()
+    )
+}
+
+/// Issue 8 (BENCHMARKS.md, "Disk hits by sendfile"): with a 16 MiB memory tier (16 shards,
+/// 1 MiB each) and 1 MB objects, the memory tier evicts an object while it is still arriving;
+/// its fill then took it for purged, dropped all but `stream_buffer` of its bytes, and the
+/// disk tier never got it (125 of 300 objects in the benchmark). Every object must end on
+/// disk: a second pass is all hits, and the origin is not asked again.
+#[test]
+fn objects_evicted_from_memory_while_arriving_still_reach_the_disk() {
+    let dir = TempDir::new("disk-evicted-arriving");
+    let disk = dir.join("cache");
+    let (origin, fetched) = origin_with(|head| {
+        let i: usize = target_of(head)
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        common::cacheable(&mb_body(i), 3600, None)
+    });
+    let t = Trove::start(&dir, &config(&disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let n = 300;
+    for i in 0..n {
+        let (_, b) = get(&proxy, &origin, i).expect("response");
+        assert!(b == mb_body(i), "object {i} through the proxy");
+        // Paced to the disk writer (slow in a debug build), so nothing is shed: the queue
+        // is empty before the next object.
+        wait_for(Duration::from_secs(10), || {
+            metric(&admin, "trove_disk_writes_total")
+                >= metric(&admin, "trove_disk_writes_queued_total")
+        });
+    }
+    let written = wait_for(Duration::from_secs(30), || {
+        metric(&admin, "trove_disk_writes_total") >= n as f64
+    });
+    // (Written: queued before the fetch ended, or shed; not before the fix: evicted while
+    // arriving, then forgotten.)
+    assert!(written, "every object written to disk: {}", metrics(&admin));
+    assert_eq!(
+        metric(&admin, "trove_disk_writes_shed_total"),
+        0.0,
+        "none shed: {}",
+        metrics(&admin)
+    );
+    let before = fetched.load(Ordering::SeqCst);
+    assert_eq!(before, n, "one origin fetch each");
+    for i in 0..n {
+        let (head, b) = get(&proxy, &origin, i).expect("response");
+        assert!(b == mb_body(i), "object {i} again");
+        assert!(
+            is_hit(&head),
+            "object {i} is a hit: {head}\n{}",
+            metrics(&admin)
+        );
+    }
+    assert_eq!(fetched.load(Ordering::SeqCst), before, "no origin fetch");
+}
+
+/// Object `i` of the large tests: 5 MiB and some, over the 1 MiB regions they are stored in.
+fn large_body(i: usize) -> Vec<u8> {
+    let n = (5 << 20) + 12_345 + i * 1_001;
+    let mut out = Vec::with_capacity(n + 8);
+    let mut k = 0u64;
+    while out.len() < n {
+        let x = ((i as u64 + 1000) << 40 | k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        out.extend_from_slice(&x.to_le_bytes());
+        k += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+fn large_origin() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    origin_with(|head| {
+        let i: usize = target_of(head)
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        common::cacheable(&large_body(i), 3600, None)
+    })
+}
+
+fn large_config(disk: &Path) -> String {
+    format!(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
+         size = \"64MiB\"\nregion_size = \"1MiB\"\n",
+        disk.display()
+    )
+}
+
+/// GET `/m/<i>` with extra request fields.
+fn get_with(proxy: &str, origin: &str, i: usize, extra: &str) -> Option<(String, Vec<u8>)> {
+    let mut s = TcpStream::connect(proxy).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    let req = format!(
+        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\n{extra}Connection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    Some((head, out[end + 4..].to_vec()))
+}
+
+/// Stores `n` large objects through a first trove, waits until they are written, and kills
+/// it with SIGKILL.
+fn store_large_then_kill(dir: &Path, disk: &Path, origin: &str, n: usize) {
+    let mut t = Trove::start(dir, &large_config(disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    for i in 0..n {
+        let (_, b) = get(&proxy, origin, i).expect("response");
+        assert!(b == large_body(i), "object {i} through the proxy");
+        wait_for(Duration::from_secs(10), || {
+            metric(&admin, "trove_disk_writes_total")
+                >= metric(&admin, "trove_disk_writes_queued_total")
+        });
+    }
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_writes_total"
+        ) >= n as f64),
+        "every large object written: {}",
+        metrics(&admin)
+    );
+    t.kill9();
+}
+
+/// Issue 8: an object larger than a region is stored as fragments and a head
+/// (docs/storage-format.md, *Large objects*); after a `kill -9` and a restart it is a hit
+/// from disk, byte for byte, and a Range request on it is answered from it. (Before: a record
+/// had to fit one region, so these were never on disk: a miss after the restart.)
+#[test]
+fn objects_larger_than_a_region_survive_a_restart_byte_for_byte() {
+    let dir = TempDir::new("disk-large-restart");
+    let disk = dir.join("cache");
+    let (origin, fetched) = large_origin();
+    let n = 4;
+    store_large_then_kill(&dir, &disk, &origin, n);
+    let t = Trove::start(&dir, &large_config(&disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let before = fetched.load(Ordering::SeqCst);
+    for i in 0..n {
+        let (head, b) = get(&proxy, &origin, i).expect("response");
+        assert!(b == large_body(i), "object {i} after the restart");
+        assert!(
+            is_hit(&head),
+            "object {i} is a hit after the restart: {head}\n{}",
+            metrics(&admin)
+        );
+    }
+    let (head, b) =
+        get_with(&proxy, &origin, 3, "Range: bytes=3000000-3000099\r\n").expect("response");
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert!(
+        b == large_body(3)[3_000_000..3_000_100],
+        "the range's bytes"
+    );
+    assert_eq!(fetched.load(Ordering::SeqCst), before, "no origin fetch");
+    assert_eq!(metric(&admin, "trove_disk_corrupt_records_total"), 0.0);
+}
+
+/// Issue 8: a byte flipped in one fragment of a stored large object is caught when it is
+/// read: the client is cut off (never a complete body with a wrong byte), the record is
+/// counted as corrupt, and the next request fetches the object whole from the origin.
+#[test]
+fn a_corrupt_fragment_is_never_served_as_a_complete_body() {
+    let dir = TempDir::new("disk-large-corrupt");
+    let disk = dir.join("cache");
+    let (origin, fetched) = large_origin();
+    store_large_then_kill(&dir, &disk, &origin, 1);
+    // Flip a byte in the middle of the body, in whichever fragment holds it.
+    let data = disk.join("regions.dat");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let body = large_body(0);
+    let probe = &body[3_000_000..3_000_064];
+    let at = bytes
+        .windows(probe.len())
+        .position(|w| w == probe)
+        .expect("the body's bytes are in the data file");
+    bytes[at + 10] ^= 0x55;
+    std::fs::write(&data, &bytes).unwrap();
+    drop(bytes);
+
+    let t = Trove::start(&dir, &large_config(&disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let before = fetched.load(Ordering::SeqCst);
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(
+        b == body || b.len() < body.len(),
+        "never a complete wrong body ({} bytes): {head}",
+        b.len()
+    );
+    if b == body {
+        assert!(
+            !is_hit(&head),
+            "a whole body from disk, past a flipped byte: {head}"
+        );
+    } else {
+        assert!(is_hit(&head), "cut off while served from disk: {head}");
+    }
+    eprintln!("the client got {} of {} bytes", b.len(), body.len());
+    assert!(
+        wait_for(Duration::from_secs(5), || metric(
+            &admin,
+            "trove_disk_corrupt_records_total"
+        ) >= 1.0),
+        "counted: {}",
+        metrics(&admin)
+    );
+    let (_, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(b == body, "fetched again whole");
+    assert!(fetched.load(Ordering::SeqCst) > before, "from the origin");
+}
+
+/// Issue 8: a large object becomes visible only once wholly written. Its head is written
+/// after its fragments; a crash between the two (here: the data file cut just before the
+/// head, as a power loss would) leaves fragments that no head names: after the restart the
+/// object is a miss, fetched whole, never a short body served as a hit.
+#[test]
+fn fragments_without_their_head_are_never_served() {
+    let dir = TempDir::new("disk-large-headless");
+    let disk = dir.join("cache");
+    let (origin, fetched) = large_origin();
+    store_large_then_kill(&dir, &disk, &origin, 1);
+    let data = disk.join("regions.dat");
+    let bytes = std::fs::read(&data).unwrap();
+    let key = format!("http://{origin}/m/0");
+    let at = bytes
+        .windows(key.len())
+        .rposition(|w| w == key.as_bytes())
+        .expect("the head names the key");
+    // The head's record header is the 64 bytes before its key.
+    let head_at = at - 64;
+    assert_eq!(
+        &bytes[head_at..head_at + 4],
+        b"TRVr",
+        "a record starts there"
+    );
+    assert_eq!(bytes[head_at + 6], 4, "and it is a head");
+    drop(bytes);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&data)
+        .unwrap()
+        .set_len(head_at as u64)
+        .unwrap();
+
+    let t = Trove::start(&dir, &large_config(&disk));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let before = fetched.load(Ordering::SeqCst);
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(!is_hit(&head), "a miss: {head}");
+    assert!(b == large_body(0), "whole, from the origin");
+    assert_eq!(fetched.load(Ordering::SeqCst), before + 1);
+}
