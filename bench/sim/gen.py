@@ -3,10 +3,11 @@
 
   gen.py hot  N OUT   N requests over 1,000 objects of 5,000 bytes, 1,000 a second:
                       all but the first 1,000 are hits in any cache of 5 MB or more.
-  gen.py zipf N OUT   N requests, 1,000 a second: 80% Zipf(0.9) over a catalogue of
-                      1,000,000 objects, 20% one-hit wonders (ids asked for once);
-                      sizes log-normal (median 8 KB, sigma 1.5, 100 B to 16 MiB),
-                      fixed per object. A CDN-like mix: most misses are cold.
+  gen.py zipf N OUT [ALPHA]
+                      N requests, 1,000 a second: 80% Zipf(ALPHA, default 0.9) over a
+                      catalogue of 1,000,000 objects, 20% one-hit wonders (ids asked
+                      for once); sizes log-normal (median 8 KB, sigma 1.5, 100 B to
+                      16 MiB), fixed per object. A CDN-like mix: most misses are cold.
 
 `time,id,size` lines with a header, the plain CSV both trove sim and libCacheSim read.
 Seeded: the same file every time.
@@ -55,4 +56,7 @@ def zipf(n, out, catalogue=1_000_000, alpha=0.9, wonders=0.2):
 
 if __name__ == "__main__":
     kind, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    {"hot": hot, "zipf": zipf}[kind](n, out)
+    if kind == "zipf" and len(sys.argv) > 4:
+        zipf(n, out, alpha=float(sys.argv[4]))
+    else:
+        {"hot": hot, "zipf": zipf}[kind](n, out)

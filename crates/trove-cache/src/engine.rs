@@ -265,7 +265,7 @@ impl Engine {
             OnValidation::ServeStale { status } => {
                 self.deliver(r, &obj, Outcome::RefreshFailOld, status, steps)
             }
-            OnValidation::Replace => self.store_or_pass(r, &ans, fwd, outcome, steps),
+            OnValidation::Replace => self.store_or_pass(r, ans, fwd, outcome, steps),
         }
     }
 
@@ -305,7 +305,7 @@ impl Engine {
         {
             return self.deliver(r, &obj, Outcome::RefreshFailOld, status, steps);
         }
-        self.store_or_pass(r, &ans, f.fwd, f.outcome, steps)
+        self.store_or_pass(r, ans, f.fwd, f.outcome, steps)
     }
 
     /// Asks for the range a stored partial lacks, stores it, combines and serves (as the
@@ -333,7 +333,7 @@ impl Engine {
         match partial::after_completion(c, ans.status, &ans.headers) {
             partial::OnCompletion::Part => {}
             partial::OnCompletion::Other => {
-                return Some(self.store_or_pass(r, &ans, Fwd::Partial, Outcome::Miss, steps))
+                return Some(self.store_or_pass(r, ans, Fwd::Partial, Outcome::Miss, steps))
             }
         }
         let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
@@ -381,21 +381,29 @@ impl Engine {
     fn store_or_pass(
         &mut self,
         r: &Req<'_>,
-        ans: &OriginAnswer,
+        mut ans: OriginAnswer,
         fwd: Fwd,
         outcome: Outcome,
         mut steps: Steps,
     ) -> Served {
-        let headers = respond::clean_response_headers(&ans.headers, &self.via, r.now);
+        // The length a HEAD's answer declares, read before cleaning drops the field.
+        let declared_length = (*r.method == Method::HEAD)
+            .then(|| {
+                ans.headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .flatten();
+        // The answer is ours: cleaned where it lies rather than copied (once per miss).
+        let mut headers = std::mem::take(&mut ans.headers);
+        respond::clean_response_headers_in_place(&mut headers, &self.via, r.now);
+        let ans = &ans;
         let head = response_head(ans, &headers, r.now);
         if *r.method == Method::HEAD {
             // A HEAD's body is empty; the length it declares is the GET's.
             let declared = ResponseHead {
-                content_length: ans
-                    .headers
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse().ok()),
+                content_length: declared_length,
                 ..head
             };
             let stored = self.store.lookup(r.key);

@@ -28,12 +28,22 @@ pub fn clean_response_headers(
     response_time: SystemTime,
 ) -> HeaderMap {
     let mut h = origin.clone();
-    strip_connection_fields(&mut h);
+    clean_response_headers_in_place(&mut h, via, response_time);
+    h
+}
+
+/// [`clean_response_headers`] on a head the caller owns, saving a copy (the simulator's
+/// driver, which owns each answer, cleans it so on every miss).
+pub fn clean_response_headers_in_place(
+    h: &mut HeaderMap,
+    via: &HeaderValue,
+    response_time: SystemTime,
+) {
+    strip_connection_fields(h);
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::PROXY_AUTHENTICATE);
     h.append(header::VIA, via.clone());
-    trove_http::freshness::ensure_date(&mut h, response_time);
-    h
+    trove_http::freshness::ensure_date(h, response_time);
 }
 
 /// What to do with an origin's response to a fetch.

@@ -6,6 +6,9 @@
 /// A fixed seed: a replay is the same every time it runs.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
+/// A set under the same hash as [`FastMap`].
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::FixedState>;
+
 /// Strings to dense ids.
 #[derive(Debug, Default)]
 pub struct Names {

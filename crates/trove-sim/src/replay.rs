@@ -20,9 +20,10 @@ use trove_http::Policy;
 use trove_store::{EvictionKind, MemoryStore, Removal, Storage};
 
 use crate::assume::{guess_type, Assumptions};
-use crate::intern::{FastMap, Names};
+use crate::intern::{FastMap, FastSet, Names};
 use crate::net::{Exchange, NetModel, NetReport, Params};
 use crate::origin::{Asked, Scratch, TraceOrigin, Wanted};
+use crate::trace::csv::ID_HOST;
 use crate::trace::synthetic::UNCACHABLE;
 use crate::trace::Record;
 
@@ -108,8 +109,14 @@ pub struct Served {
 pub struct Replay {
     assumptions: Assumptions,
     urls: FastMap<Box<str>, u32>,
-    /// Numbered objects (`Record::id`) by number.
+    /// Numbered objects (`Record::id`) by number, when the record does not give their
+    /// size (a text trace's number that is not canonical is interned by its URL).
     numbered: FastMap<u64, u32>,
+    /// Numbered objects whose records give their size: nothing about them needs keeping
+    /// but that they were seen (their URL is their key; see [`Replay::feed`]).
+    sized: FastSet<u64>,
+    /// The server id of [`ID_AUTHORITY`], once a numbered record has named it.
+    id_server: Option<u32>,
     info: Vec<UrlInfo>,
     clients: Names,
     servers: Names,
@@ -133,6 +140,8 @@ impl Replay {
             assumptions,
             urls: FastMap::default(),
             numbered: FastMap::default(),
+            sized: FastSet::default(),
+            id_server: None,
             info: Vec::new(),
             clients: Names::default(),
             servers: Names::default(),
@@ -166,15 +175,23 @@ impl Replay {
 
     /// Works out what is known of a URL seen for the first time.
     fn intern(&mut self, url: &str) -> Option<u32> {
-        let uri: http::Uri = url.parse().ok()?;
-        let key = trove_http::key::cache_key(&uri)?;
-        let host = uri.authority().map_or("", |a| a.as_str());
+        let (key, server) = match id_url_key(url) {
+            // A numbered object's URL is its own cache key: nothing to parse (a trace of
+            // one-hit wonders interns a URL for every fifth request).
+            Some(key) => (key, self.servers.id(ID_AUTHORITY)),
+            None => {
+                let uri: http::Uri = url.parse().ok()?;
+                let key = trove_http::key::cache_key(&uri)?;
+                let host = uri.authority().map_or("", |a| a.as_str());
+                (key.into_boxed_str(), self.servers.id(host))
+            }
+        };
         let id = self.info.len() as u32;
         self.info.push(UrlInfo {
-            server: self.servers.id(host),
+            server,
             dynamic: Assumptions::is_dynamic(url),
             content_type: guess_type(url),
-            key: key.into_boxed_str(),
+            key,
             largest: 0,
         });
         Some(id)
@@ -196,9 +213,35 @@ impl Replay {
 
     /// Replays one record through every configuration.
     pub fn feed(&mut self, r: &Record<'_>) -> std::io::Result<()> {
-        let Some(id) = self.record_id(r) else {
-            self.unreplayable += 1;
-            return Ok(());
+        // A numbered object of known size (every CSV and `oracleGeneral` record) is
+        // replayed straight from its record: its URL is its cache key, on the one server
+        // `ID_AUTHORITY`, not dynamic, of no guessable type. Nothing is interned for it, so
+        // a trace of millions of one-hit wonders costs one set insertion each.
+        let sized = match (r.id, r.object_size) {
+            (Some(n), Some(size)) if r.url.starts_with(ID_HOST) => Some((n, size)),
+            _ => None,
+        };
+        // Interned (`Ok`, its id), or replayed from its record (`Err`, its size).
+        let known: Result<u32, u64> = match sized {
+            Some((n, size)) => {
+                self.sized.insert(n);
+                Err(size)
+            }
+            None => match self.record_id(r) {
+                Some(id) => Ok(id),
+                None => {
+                    self.unreplayable += 1;
+                    return Ok(());
+                }
+            },
+        };
+        let id_server = match (sized, self.id_server) {
+            (Some(_), None) => {
+                let s = self.servers.id(ID_AUTHORITY);
+                self.id_server = Some(s);
+                s
+            }
+            (_, s) => s.unwrap_or(0),
         };
         self.replayed += 1;
         // Logs are not always in order (Squid writes a line when a transfer ends): the
@@ -206,25 +249,38 @@ impl Replay {
         self.clock = self.clock.max(r.time);
         self.first.get_or_insert(r.time);
         let now = UNIX_EPOCH + Duration::from_secs_f64(self.clock.max(0.0));
-        let info = &mut self.info[id as usize];
-        let size = match r.object_size {
-            Some(s) => s,
-            None => {
-                if r.status == 200 {
-                    info.largest = info.largest.max(r.bytes);
-                }
-                info.largest.max(r.bytes)
+        let (key, server, dynamic, guessed_type, size) = match known {
+            Ok(id) => {
+                let info = &mut self.info[id as usize];
+                let size = match r.object_size {
+                    Some(s) => s,
+                    None => {
+                        if r.status == 200 {
+                            info.largest = info.largest.max(r.bytes);
+                        }
+                        info.largest.max(r.bytes)
+                    }
+                };
+                (
+                    &*info.key,
+                    info.server,
+                    info.dynamic,
+                    info.content_type,
+                    size,
+                )
             }
+            // `guess_type` finds no extension in `ID_HOST` and digits (a test checks).
+            Err(size) => (r.url, id_server, false, "", size),
         };
         let cachable =
-            r.content_type != UNCACHABLE && !(info.dynamic && self.assumptions.dynamic_uncachable);
+            r.content_type != UNCACHABLE && !(dynamic && self.assumptions.dynamic_uncachable);
         let wanted = Wanted {
             status: r.status,
             size,
             version: r.object_size.unwrap_or(0),
             cachable,
             content_type: if r.content_type.is_empty() || r.content_type == UNCACHABLE {
-                info.content_type
+                guessed_type
             } else {
                 r.content_type
             },
@@ -239,7 +295,6 @@ impl Replay {
         } else {
             &self.plain
         };
-        let (key, server) = (&*info.key, info.server);
         let client = if self.sims.iter().any(|s| s.net.is_some()) {
             self.clients.id(r.client)
         } else {
@@ -305,7 +360,7 @@ impl Replay {
     }
 
     pub fn distinct_urls(&self) -> usize {
-        self.info.len()
+        self.info.len() + self.sized.len()
     }
 
     pub fn servers(&self) -> usize {
@@ -381,7 +436,47 @@ impl ConfigReport {
     }
 }
 
+/// The authority of [`ID_HOST`].
+const ID_AUTHORITY: &str = "trace.invalid";
+
+/// The cache key of a numbered object's URL (`ID_HOST` and decimal digits), which is the
+/// URL itself, already normalised; `None` for any other URL.
+fn id_url_key(url: &str) -> Option<Box<str>> {
+    let digits = url.strip_prefix(ID_HOST)?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| url.into())
+}
+
 /// The time a record's virtual clock reading stands for (exposed for tests).
 pub fn instant(t: f64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortcut for numbered URLs gives the key and server the parser would.
+    #[test]
+    fn numbered_urls_are_their_own_keys() {
+        for url in [
+            "http://trace.invalid/0",
+            "http://trace.invalid/18446744073709551615",
+        ] {
+            let uri: http::Uri = url.parse().unwrap();
+            let parsed = trove_http::key::cache_key(&uri).unwrap();
+            assert_eq!(id_url_key(url).as_deref(), Some(parsed.as_str()));
+            assert_eq!(uri.authority().unwrap().as_str(), ID_AUTHORITY);
+            // What `feed` assumes of a numbered URL without interning it.
+            assert_eq!(guess_type(url), "");
+            assert!(!Assumptions::is_dynamic(url));
+        }
+        for url in [
+            "http://trace.invalid/",
+            "http://trace.invalid/1?x",
+            "http://trace.invalid/1/2",
+            "http://TRACE.invalid/1",
+        ] {
+            assert_eq!(id_url_key(url), None, "{url}");
+        }
+    }
 }

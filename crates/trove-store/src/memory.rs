@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::eviction::{Eviction, EvictionKind};
-use crate::hash::{fast_map, fingerprint, key_hash, FastMap};
+use crate::hash::{fast_map, key_hash, FastMap};
 use crate::invalidation::Invalidations;
 use crate::object::{Object, ObjectHead};
 use crate::storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};
@@ -29,11 +30,17 @@ impl StoreStats {
     }
 }
 
+/// The stored variants under one key hash: usually one object, held inline. Objects of
+/// two keys whose 64-bit hashes collide share a list; every reader filters by key.
+type Variants = SmallVec<[Arc<Object>; 1]>;
+
 struct Shard {
-    /// Primary key → stored variants (usually one).
-    entries: FastMap<String, Vec<Arc<Object>>>,
-    /// Object id → (primary key, charged bytes), so an eviction victim can be found.
-    ids: FastMap<u64, (String, u64)>,
+    /// Primary key's [`key_hash`] → stored variants. Keyed by the hash the shard was chosen
+    /// by, not by a copy of the key: an insertion allocates no key strings and a lookup
+    /// hashes the key once (a miss-heavy replay spent a tenth of its time on them).
+    entries: FastMap<u64, Variants>,
+    /// Object id → (key hash, charged bytes), so an eviction victim can be found.
+    ids: FastMap<u64, (u64, u64)>,
     policy: Box<dyn Eviction>,
     bytes: u64,
     removed: [u64; Removal::ALL.len()],
@@ -123,12 +130,14 @@ impl MemoryStore {
         self.kind
     }
 
-    fn shard_index(&self, key: &str) -> usize {
-        (key_hash(key) % self.shards.len() as u64) as usize
+    fn index_of(&self, hash: u64) -> usize {
+        (hash % self.shards.len() as u64) as usize
     }
 
-    fn shard(&self, key: &str) -> &Mutex<Shard> {
-        &self.shards[self.shard_index(key)]
+    /// The key's hash and its shard.
+    fn shard(&self, key: &str) -> (u64, &Mutex<Shard>) {
+        let h = key_hash(key);
+        (h, &self.shards[self.index_of(h)])
     }
 
     /// Evicts until the total is within budget: from shard `first`, then the others.
@@ -162,22 +171,20 @@ impl MemoryStore {
 
 impl Storage for MemoryStore {
     fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
-        self.shard(key)
-            .lock()
-            .entries
-            .get(key)
-            .cloned()
-            .unwrap_or_default()
+        let mut out = Vec::new();
+        self.lookup_into(key, &mut out);
+        out
     }
 
     fn lookup_into(&self, key: &str, out: &mut Vec<Arc<Object>>) {
-        if let Some(v) = self.shard(key).lock().entries.get(key) {
-            out.extend(v.iter().cloned());
+        let (h, shard) = self.shard(key);
+        if let Some(v) = shard.lock().entries.get(&h) {
+            out.extend(v.iter().filter(|o| o.key == key).cloned());
         }
     }
 
     fn touch(&self, obj: &Object) {
-        self.shard(&obj.key).lock().policy.touch(obj.id);
+        self.shard(&obj.key).1.lock().policy.touch(obj.id);
     }
 
     fn insert(&self, mut obj: Object) -> Result<Arc<Object>, Refused> {
@@ -190,25 +197,26 @@ impl Storage for MemoryStore {
         }
         obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let obj = Arc::new(obj);
-        let fp = fingerprint(&obj.key, &obj.variant);
-        let idx = self.shard_index(&obj.key);
+        let h = key_hash(&obj.key);
+        // `hash::fingerprint`, with the key's hash already in hand.
+        let fp = xxhash_rust::xxh3::xxh3_64_with_seed(obj.variant.as_bytes(), h);
+        let idx = self.index_of(h);
         let victims = {
             let mut guard = self.shards[idx].lock();
             let shard = &mut *guard;
             let old = shard
                 .entries
-                .get(&obj.key)
-                .and_then(|v| v.iter().find(|o| o.variant == obj.variant))
+                .get(&h)
+                .and_then(|v| {
+                    v.iter()
+                        .find(|o| o.key == obj.key && o.variant == obj.variant)
+                })
                 .map(|o| o.id);
             if let Some(old) = old {
                 shard.remove_id(old, &self.bytes, Removal::Replaced, &self.invalidations);
             }
-            shard
-                .entries
-                .entry(obj.key.clone())
-                .or_default()
-                .push(Arc::clone(&obj));
-            shard.ids.insert(obj.id, (obj.key.clone(), charge));
+            shard.entries.entry(h).or_default().push(Arc::clone(&obj));
+            shard.ids.insert(obj.id, (h, charge));
             shard.bytes += charge;
             self.bytes.fetch_add(charge, Ordering::Relaxed);
             shard.policy.insert(obj.id, fp, charge);
@@ -226,13 +234,14 @@ impl Storage for MemoryStore {
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
-        let idx = self.shard_index(&obj.key);
+        let h = key_hash(&obj.key);
+        let idx = self.index_of(h);
         let updated = {
             let mut guard = self.shards[idx].lock();
             let shard = &mut *guard;
             let slot = shard
                 .entries
-                .get_mut(&obj.key)?
+                .get_mut(&h)?
                 .iter_mut()
                 .find(|o| o.id == obj.id)?;
             let updated = Arc::new(Object {
@@ -259,19 +268,25 @@ impl Storage for MemoryStore {
     }
 
     fn recharge(&self, obj: &Object) {
-        let idx = self.shard_index(&obj.key);
+        let h = key_hash(&obj.key);
+        let idx = self.index_of(h);
         {
             let mut guard = self.shards[idx].lock();
             let shard = &mut *guard;
             // Charge the object as stored now (its head may have been updated since).
             let charge = shard
                 .entries
-                .get(&obj.key)
+                .get(&h)
                 .and_then(|v| v.iter().find(|o| o.id == obj.id))
                 .map(|o| o.charge());
             let (Some(charge), Some((_, c))) = (charge, shard.ids.get_mut(&obj.id)) else {
                 return;
             };
+            // Usually so (a body whose length was declared): nothing to charge or evict,
+            // and the shared total is left alone (a locked instruction per miss saved).
+            if *c == charge {
+                return;
+            }
             let old = std::mem::replace(c, charge);
             shard.bytes = shard.bytes.saturating_sub(old) + charge;
             self.bytes.fetch_sub(old, Ordering::Relaxed);
@@ -281,21 +296,23 @@ impl Storage for MemoryStore {
     }
 
     fn holds(&self, obj: &Object) -> bool {
-        self.shard(&obj.key).lock().ids.contains_key(&obj.id)
+        self.shard(&obj.key).1.lock().ids.contains_key(&obj.id)
     }
 
     fn remove_object(&self, obj: &Object, why: Removal) -> bool {
         self.shard(&obj.key)
+            .1
             .lock()
             .remove_id(obj.id, &self.bytes, why, &self.invalidations)
     }
 
     fn remove(&self, key: &str, why: Removal) -> usize {
-        let mut shard = self.shard(key).lock();
-        let ids: Vec<u64> = shard
+        let (h, shard) = self.shard(key);
+        let mut shard = shard.lock();
+        let ids: SmallVec<[u64; 4]> = shard
             .entries
-            .get(key)
-            .map(|v| v.iter().map(|o| o.id).collect())
+            .get(&h)
+            .map(|v| v.iter().filter(|o| o.key == key).map(|o| o.id).collect())
             .unwrap_or_default();
         ids.iter()
             .filter(|id| shard.remove_id(**id, &self.bytes, why, &self.invalidations))
@@ -354,19 +371,19 @@ impl Storage for MemoryStore {
 
 impl Shard {
     fn remove_id(&mut self, id: u64, total: &AtomicU64, why: Removal, inv: &Invalidations) -> bool {
-        let Some((key, charge)) = self.ids.remove(&id) else {
+        let Some((h, charge)) = self.ids.remove(&id) else {
             return false;
         };
         self.bytes = self.bytes.saturating_sub(charge);
         total.fetch_sub(charge, Ordering::Relaxed);
         self.policy.remove(id);
         self.removed[why.index()] += 1;
-        if let Some(v) = self.entries.get_mut(&key) {
+        if let Some(v) = self.entries.get_mut(&h) {
             if let Some(i) = v.iter().position(|o| o.id == id) {
                 inv.removed(&v.remove(i));
             }
             if v.is_empty() {
-                self.entries.remove(&key);
+                self.entries.remove(&h);
             }
         }
         true
@@ -384,18 +401,18 @@ impl Shard {
             let Some(victim) = self.policy.victim() else {
                 break;
             };
-            if let Some((key, charge)) = self.ids.remove(&victim) {
+            if let Some((h, charge)) = self.ids.remove(&victim) {
                 self.bytes = self.bytes.saturating_sub(charge);
                 total.fetch_sub(charge, Ordering::Relaxed);
                 self.removed[Removal::Evicted.index()] += 1;
-                if let Some(v) = self.entries.get_mut(&key) {
+                if let Some(v) = self.entries.get_mut(&h) {
                     if let Some(i) = v.iter().position(|o| o.id == victim) {
                         let gone = v.swap_remove(i);
                         inv.removed(&gone);
                         victims.push(gone);
                     }
                     if v.is_empty() {
-                        self.entries.remove(&key);
+                        self.entries.remove(&h);
                     }
                 }
             }
