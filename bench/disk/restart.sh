@@ -34,28 +34,9 @@ RESULTS=${RESULTS:-$HERE/results/restart-$(date -u +%Y%m%dT%H%M%SZ)}
 ORIGIN_PORT=28280
 declare -A PORT=([trove]=28290 [nginx]=28292 [ats]=28294)
 ADMIN_PORT=28291
-PGIDS=()
-log() { printf '[restart %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    sleep 0.5
-    for g in "${PGIDS[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-    [ "${KEEP:-0}" = 1 ] || rm -rf "$RUN"
-}
-trap cleanup EXIT
-start() { # name cmd...: own process group, CPU 1
-    local name=$1
-    shift
-    setsid taskset -c 1 "$@" >"$RUN/$name.out" 2>&1 &
-    PGIDS+=($!)
-}
-wait_port() {
-    for _ in $(seq 1 600); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "port $1 never opened"; exit 1
-}
+LOG_TAG=restart
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"   # log, cleanup at exit, start, wait_port
 mkdir -p "$RUN/www" "$RUN/origin/tmp" "$RESULTS"
 chmod 755 "$RUN"
 head -c "$BODY" /dev/urandom >"$RUN/www/obj.bin"

@@ -34,28 +34,9 @@ RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 TROVE_BASE_BIN=${TROVE_BASE_BIN:-$TROVE_BIN}
 declare -A PORT=([trove-disk]=28190 [nginx]=28191 [trove-mem]=28192 [ats]=28193 [trove-base]=28194)
 ORIGIN_PORT=${ORIGIN_PORT:-28080}   # not bench/hits' 18080: other work on this machine may hold it
-PGIDS=()
-log() { printf '[disk %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    sleep 0.5
-    for g in "${PGIDS[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-    rm -rf "$RUN"
-}
-trap cleanup EXIT
-start() { # name cmd...: run in its own process group on CPU 1
-    local name=$1
-    shift
-    setsid taskset -c 1 "$@" >"$RUN/$name.out" 2>&1 &
-    PGIDS+=($!)
-}
-wait_port() {
-    for _ in $(seq 1 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "port $1 never opened"; exit 1
-}
+LOG_TAG=disk
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"   # log, cleanup at exit, start, wait_port
 mkdir -p "$RUN/www/o" "$RESULTS"
 log "writing $OBJECTS objects of $SIZE"
 for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o/$i.bin"; done

@@ -34,28 +34,9 @@ ADMIN=${ADMIN:-38291}
 PORT2=${PORT2:-38292}
 ADMIN2=${ADMIN2:-38293}
 ORIGIN_PORT=${ORIGIN_PORT:-38280}
-PGIDS=()
-log() { printf '[large %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    sleep 0.5
-    for g in "${PGIDS[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-    rm -rf "$RUN"
-}
-trap cleanup EXIT
-start() { # name cmd...: in its own process group on CPU 1
-    local name=$1
-    shift
-    setsid taskset -c 1 "$@" >"$RUN/$name.out" 2>&1 &
-    PGIDS+=($!)
-}
-wait_port() {
-    for _ in $(seq 1 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "port $1 never opened"; for f in "$RUN"/*.out; do echo "== $f" >&2; tail -n 5 "$f" >&2; done; exit 1
-}
+LOG_TAG=large
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"   # log, cleanup at exit, start, wait_port
 metric() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
 mkdir -p "$RUN/www/o" "$RUN/origin/tmp" "$RUN/trove"
 for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o/$i.bin"; done
