@@ -51,6 +51,10 @@ for t in trove-disk trove-mem trove-base; do
 path = \"$RUN/$t/cache\"     # the disk tier's directory
 size = \"2GiB\"               # room for the whole working set"
     if [ "$t" = trove-mem ]; then mem=1GiB; disk=""; fi
+    # DISK_EXTRA: more [cache.disk] lines for trove-disk only (trove-base keeps the defaults),
+    # e.g. DISK_EXTRA='sendfile_min = "1GiB"' to compare disk hits without sendfile.
+    if [ "$t" = trove-disk ] && [ -n "${DISK_EXTRA:-}" ]; then disk="$disk
+$DISK_EXTRA"; fi
     mkdir -p "$RUN/$t"
     cat >"$RUN/$t.toml" <<CONF
 [[listener]]
@@ -116,6 +120,8 @@ for t in $TARGETS; do
     done
 done
 sleep 2   # let the disk writer finish
+# BEFORE_ROUNDS: a command run once here (RUN is exported), e.g. to change the page cache's state.
+if [ -n "${BEFORE_ROUNDS:-}" ]; then RUN=$RUN bash -c "$BEFORE_ROUNDS"; fi
 echo "| round | target | req/s | MB/s | p50 | p99 | origin requests |" >"$RESULTS/report.md"
 echo "|---|---|---|---|---|---|---|" >>"$RESULTS/report.md"
 for r in $(seq 1 "$ROUNDS"); do
