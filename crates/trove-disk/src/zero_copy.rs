@@ -328,7 +328,7 @@ fn open(
     if h.kind != Kind::Object || h.fingerprint != fp || h.variant_len != 0 {
         return Ok(None);
     }
-    // Never an empty body: the head goes out with `MSG_MORE`, and only body bytes push it.
+    // Never an empty body: a sendfile of nothing is not a response body worth a special case.
     if h.body_len < min_len.max(1) {
         return Ok(None);
     }
