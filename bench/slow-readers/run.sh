@@ -14,7 +14,9 @@
 #   TARGETS="trove trove-base nginx" TROVE_BASE_BIN=/path/to/older/trove bash bench/slow-readers/run.sh
 #
 # Settings (environment):
-#   TARGETS        in order (default "trove nginx"; "trove-base" runs TROVE_BASE_BIN, an older build)
+#   TARGETS        in order (default "trove nginx"; "trove-base" runs TROVE_BASE_BIN, an older build;
+#                  "trove-disk" runs trove with a disk tier (trove-disk.toml): the body is written
+#                  to disk as it arrives and clients behind the window read it back from there)
 #   CLIENTS        slow clients (default 16)
 #   RATE           bytes/s each client reads (default 2097152: 2 MiB/s, so the first reader passes
 #                  trove's max_object of 64 MiB half way through)
@@ -151,12 +153,14 @@ render() { # template out
 start_target() { # target; sets PORT (not run in a subshell: launch must record the group)
     local t=$1 bin
     case $t in
-        trove | trove-base)
+        trove | trove-base | trove-disk)
             bin=$TROVE_BIN
             [[ $t == trove-base ]] && bin=$TROVE_BASE_BIN
             [[ -x $bin ]] || die "no binary for $t ($bin)"
             mkdir -p "$RUN/trove"
-            render "$HERE/trove.toml" "$TROVE_PORT" "$RUN/trove/trove.toml"
+            local conf=$HERE/trove.toml
+            [[ $t == trove-disk ]] && conf=$HERE/trove-disk.toml
+            render "$conf" "$TROVE_PORT" "$RUN/trove/trove.toml"
             "$bin" serve --check --config "$RUN/trove/trove.toml" >/dev/null 2>&1 ||
                 die "$t refused its config"
             launch "$t" "$SERVER_CPU" "$RUN/trove/stdout" "$bin" serve --config "$RUN/trove/trove.toml"
@@ -234,6 +238,7 @@ for t in $TARGETS; do
     end=$(group_rss "$pgid")
     disk=-
     if [[ $t == nginx ]]; then disk=$(du -sk "$RUN/nginx/cache" "$RUN/nginx/tmp" | awk '{ s += $1 } END { print s }'); fi
+    if [[ $t == trove-disk ]]; then disk=$(metric trove_disk_write_bytes_total | awk '{ printf "%d", $1 / 1024 }'); fi
     detached=-
     if [[ $t == trove* ]]; then
         resumed=$(metric 'trove_body_readers_detached_total{outcome="resumed"}')
@@ -257,7 +262,7 @@ done
 {
     echo "$(date -u +%Y-%m-%d) commit $COMMIT$DIRTY: $CLIENTS clients, $RATE B/s each for ${DURATION} s, started ${STAGGER} s apart, one ${SIZE}-byte chunked object (DISTINCT=$DISTINCT ETAG=$ETAG)"
     echo
-    echo "| target | RSS idle MiB | RSS peak MiB | RSS at end MiB | RSS 5 s after MiB | nginx cache+temp on disk MiB | peak trove_body_buffered MiB | read by clients MiB | clients cut off | bad bytes | trove detached: resumed / cut off | origin requests |"
+    echo "| target | RSS idle MiB | RSS peak MiB | RSS at end MiB | RSS 5 s after MiB | on disk MiB (nginx: cache+temp files; trove-disk: bytes written) | peak trove_body_buffered MiB | read by clients MiB | clients cut off | bad bytes | trove detached: resumed / cut off | origin requests |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
 } | tee "$RESULTS/report.md"

@@ -19,6 +19,7 @@
 //! | `index` | fingerprint → packed location, 12 B per entry, sharded |
 //! | `writer` | the writer thread: batches, regions, sealing, reclamation, sync |
 //! | `reader` | reading a record back verified, whole or streamed |
+//! | `spool` | [`DiskSpool`]: a large body written as fragments as it arrives, read back from them |
 //! | `recovery` | rebuilding the index from summaries and one scan |
 //! | `store` | [`DiskStore`], the queue-and-lookup face of the above |
 //! | `tier` | [`Tiered`], memory over disk, as a `trove_store::Storage` |
@@ -39,6 +40,7 @@ mod meta;
 mod reader;
 mod recovery;
 mod shared;
+mod spool;
 mod store;
 mod tier;
 mod writer;
@@ -48,6 +50,7 @@ pub use dir::OpenError;
 pub use format::VERSION as FORMAT_VERSION;
 pub use reader::{BodyStream, Loaded, LoadedBody};
 pub use shared::{DiskConfig, DiskStats, Reclaim};
+pub use spool::DiskSpool;
 pub use store::DiskStore;
-pub use tier::{Fill, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
+pub use tier::{Fill, SpoolConfig, Tiered, DISK_PASS_EVERY, WHOLE_LIMIT};
 pub use zero_copy::{is_reused, Cached, DiskBody, OnDisk, Pin};

@@ -50,6 +50,7 @@ pub struct BodyStream {
     /// A head's fragments (docs/storage-format.md, *Large objects*), and the next to read.
     fragments: Option<Box<FragmentList>>,
     fragment: usize,
+    key_hash: u64,
 }
 
 impl std::fmt::Debug for BodyStream {
@@ -69,6 +70,15 @@ impl BodyStream {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// A head's fragments, if this is a head's body.
+    pub(crate) fn fragment_list(&self) -> Option<&FragmentList> {
+        self.fragments.as_deref()
+    }
+
+    pub(crate) fn key_hash(&self) -> u64 {
+        self.key_hash
     }
 }
 
@@ -174,6 +184,7 @@ pub fn load(
             len: h.body_len,
             fragments: None,
             fragment: 0,
+            key_hash: h.key_hash,
         })),
     }))
 }
@@ -230,6 +241,7 @@ fn load_head(
             len: list.body_len,
             fragments: Some(Box::new(list)),
             fragment: 0,
+            key_hash: h.key_hash,
         })),
     }))
 }

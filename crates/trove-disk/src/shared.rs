@@ -211,6 +211,20 @@ pub(crate) enum Job {
         all: bool,
         epoch: u64,
     },
+    /// A piece of a body being spooled (`spool`), as a fragment record.
+    Fragment {
+        spool: crate::spool::DiskSpool,
+        offset: u64,
+        body: Vec<Bytes>,
+        progress: trove_store::SpoolProgress,
+    },
+    /// A spooled body's head, after its last fragment: the object becomes findable.
+    SpoolHead {
+        spool: crate::spool::DiskSpool,
+        len: u64,
+        epoch: u64,
+        queued_at: Instant,
+    },
     Flush(Arc<(Mutex<bool>, Condvar)>),
 }
 

@@ -213,6 +213,48 @@ impl DiskStore {
         true
     }
 
+    /// A spool for `obj`, whose body of `len` bytes is to be written to disk as it arrives
+    /// (`crate::spool`); `None` if the tier has failed, or the body would take more than
+    /// half the disk (its last fragments would reclaim the regions of its first). Nothing
+    /// is written before the body hands its first piece over.
+    pub fn spool(&self, obj: &Object, len: u64) -> Option<crate::DiskSpool> {
+        if self.has_failed() {
+            return None;
+        }
+        let d = &self.shared.dir;
+        if len > d.region_count() as u64 * d.region_size() / 2 {
+            return None;
+        }
+        Some(crate::spool::DiskSpool::arriving(
+            Arc::clone(&self.shared),
+            crate::spool::HeadParts {
+                key: obj.key.clone(),
+                variant: obj.variant.clone(),
+                labels: crate::labels::encode(&obj.head.labels),
+                meta: crate::meta::encode(&obj.head),
+            },
+        ))
+    }
+
+    /// The fragments of a head found on disk (`s`, from [`DiskStore::load`]), to read its
+    /// body from as a spool; `None` if `s` is an ordinary record's body.
+    pub fn spool_at_rest(&self, s: &crate::reader::BodyStream) -> Option<crate::DiskSpool> {
+        let list = s.fragment_list()?;
+        Some(crate::spool::DiskSpool::at_rest(
+            Arc::clone(&self.shared),
+            s.fingerprint,
+            s.key_hash(),
+            s.loc,
+            list.clone(),
+        ))
+    }
+
+    /// The largest body the disk can spool: half of it.
+    pub fn max_spool(&self) -> u64 {
+        let d = &self.shared.dir;
+        d.region_count() as u64 * d.region_size() / 2
+    }
+
     /// Bytes the write queue admits now: what the writer drains in half a `sync_interval`
     /// at its measured speed, at most `queue_bytes`.
     pub fn queue_limit(&self) -> u64 {

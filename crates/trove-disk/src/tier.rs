@@ -15,6 +15,12 @@
 //!   decision) into the memory tier, verified, whole when small; a large body is inserted
 //!   at once and filled from disk as it is read ([`Tiered::fill`]), clients following it like
 //!   any body being stored, and it never completes if its checksum fails.
+//! - **Spooling.** A body too large for memory (declared, or grown past
+//!   [`Tiered::spool_above`] while arriving) is written to disk as it arrives
+//!   ([`crate::DiskSpool`]), memory holding only a window of it; clients collapsed onto its
+//!   fetch follow it, those behind the window from its fragments. It is findable here while
+//!   it arrives, on disk once its head is written; a hit on it reads its fragments, never
+//!   promoting it whole.
 //! - **Removal.** Purges and invalidations reach both tiers; the disk keeps a tombstone.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -23,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use trove_store::{
     Body, BodyError, EvictionHook, MemoryStore, Object, ObjectHead, Refused, Removal, Storage,
-    StoreStats,
+    StoreStats, StreamLimits,
 };
 
 use crate::reader::BodyStream;
@@ -216,6 +222,38 @@ impl EvictionHook for Demote {
     }
 }
 
+/// How bodies too large for memory are spooled to disk as they arrive (see the module
+/// docs).
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    /// The largest body spooled (`[cache.disk] max_object`); larger ones pass through
+    /// uncached. 0: nothing is spooled.
+    pub max_object: u64,
+    /// Bytes of a spooled body kept in memory behind its writer (`[cache] stream_buffer`).
+    pub window: u64,
+    /// What a spooled body keeps should its spool fail (it is unstored from then on).
+    pub fallback: StreamLimits,
+    /// Where the bytes spooled bodies hold are counted.
+    pub meter: Option<Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> SpoolConfig {
+        SpoolConfig {
+            max_object: 1 << 30,
+            window: 1 << 20,
+            fallback: StreamLimits {
+                read_ahead: 256 << 10,
+                buffer: 1 << 20,
+            },
+            meter: None,
+        }
+    }
+}
+
+/// Objects whose body is being spooled, by key: findable while they arrive.
+type Spooling = Mutex<HashMap<String, Vec<Arc<Object>>>>;
+
 /// A large body to fill from disk (see [`Tiered::fill`]).
 pub struct Fill {
     obj: Arc<Object>,
@@ -235,6 +273,8 @@ pub struct Tiered {
     last_pass: Mutex<Option<(std::time::Instant, std::time::Duration)>>,
     pass_every: std::time::Duration,
     scanned_all: std::sync::atomic::AtomicBool,
+    spool: SpoolConfig,
+    spooling: Spooling,
 }
 
 impl std::fmt::Debug for Tiered {
@@ -286,7 +326,67 @@ impl Tiered {
             last_pass: Mutex::new(None),
             pass_every: DISK_PASS_EVERY,
             scanned_all: std::sync::atomic::AtomicBool::new(false),
+            spool: SpoolConfig::default(),
+            spooling: Mutex::default(),
         }
+    }
+
+    /// Spools large bodies as `config` says (default: [`SpoolConfig::default`]).
+    pub fn with_spool(mut self, config: SpoolConfig) -> Tiered {
+        self.spool = config;
+        self
+    }
+
+    /// Starts spooling `obj` (its body still arriving, `len` bytes or more): out of the
+    /// memory tier, findable here until it ends. False if the disk can't take it.
+    fn start_spool(&self, obj: &Arc<Object>, len: u64) -> bool {
+        let Some(spool) = self.disk.spool(obj, len) else {
+            return false;
+        };
+        let c = &self.spool;
+        if !obj
+            .body
+            .set_spooled(c.window, Arc::new(spool), c.fallback, c.meter.clone())
+        {
+            return false;
+        }
+        let mut map = self.spooling.lock();
+        let v = map.entry(obj.key.clone()).or_default();
+        for old in v.iter().filter(|o| o.variant == obj.variant) {
+            old.body.abandon_spool();
+        }
+        v.retain(|o| o.variant != obj.variant);
+        v.push(Arc::clone(obj));
+        true
+    }
+
+    /// `obj` if it is being spooled: it leaves the map (and, unless it completed, its
+    /// spool is abandoned: nothing of it becomes findable).
+    fn end_spool(&self, obj: &Object, completed: bool) -> Option<Arc<Object>> {
+        let mut map = self.spooling.lock();
+        let v = map.get_mut(&obj.key)?;
+        let i = v.iter().position(|o| o.id() == obj.id())?;
+        let o = v.swap_remove(i);
+        if v.is_empty() {
+            map.remove(&obj.key);
+        }
+        drop(map);
+        if !completed {
+            o.body.abandon_spool();
+        }
+        Some(o)
+    }
+
+    /// Every object of `key` being spooled leaves, its spool abandoned.
+    fn forget_spools(&self, key: &str) {
+        let gone = self.spooling.lock().remove(key).unwrap_or_default();
+        for o in gone {
+            o.body.abandon_spool();
+        }
+    }
+
+    fn spooled(&self, key: &str) -> Vec<Arc<Object>> {
+        self.spooling.lock().get(key).cloned().unwrap_or_default()
     }
 
     /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]).
@@ -311,6 +411,18 @@ impl Tiered {
         for l in self.disk.load(key, WHOLE_LIMIT) {
             if self.lookup(key).iter().any(|o| o.variant == l.variant) {
                 continue; // Promoted by another request meanwhile, or fetched anew.
+            }
+            if let LoadedBody::Stream(s) = &l.body {
+                if let Some(spool) = self.disk.spool_at_rest(s) {
+                    // A large object: read from its fragments by whoever asks, never
+                    // whole in memory.
+                    let body = Body::from_spool(s.len(), Arc::new(spool));
+                    let obj = self
+                        .memory
+                        .identify(Object::new(l.key, l.variant, l.head, body));
+                    self.recent.lock().add(Arc::new(obj));
+                    continue;
+                }
             }
             let (body, stream) = match l.body {
                 LoadedBody::Whole(b) => (Body::complete(b), None),
@@ -375,6 +487,15 @@ impl Tiered {
         }
     }
 
+    fn is_spooling(&self, obj: &Object) -> bool {
+        obj.body.is_spooled()
+            && self
+                .spooling
+                .lock()
+                .get(&obj.key)
+                .is_some_and(|v| v.iter().any(|o| o.id() == obj.id()))
+    }
+
     fn forget(&self, key: &str) {
         let ids: Vec<u64> = self.memory.lookup(key).iter().map(|o| o.id()).collect();
         let mut p = self.persisted.lock();
@@ -425,15 +546,47 @@ impl Storage for Tiered {
     }
 
     fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
-        let found = self.memory.lookup(key);
+        let mut found = self.memory.lookup(key);
         if found.is_empty() {
-            return self.recent.lock().get(key);
+            found = self.recent.lock().get(key);
+            // A large object read from disk whose fragments' regions were reused since.
+            found.retain(|o| o.body.spool_intact());
+        }
+        if !self.spooling.lock().is_empty() {
+            for o in self.spooled(key) {
+                if o.body.spool_intact() && !found.iter().any(|f| f.variant == o.variant) {
+                    found.push(o);
+                }
+            }
         }
         found
     }
 
     fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused> {
         self.recent.lock().forget(&obj.key);
+        let declared = obj.body.expected_len().unwrap_or(0);
+        // Whole responses only: a stored partial is combined from memory.
+        if declared > self.spool_above() && obj.head.status == http::StatusCode::OK {
+            if declared > self.spool.max_object {
+                return Err(Refused::TooLarge);
+            }
+            let obj = Arc::new(self.memory.identify(obj));
+            // A smaller copy in memory is replaced by this one.
+            if let Some(old) = self
+                .memory
+                .lookup(&obj.key)
+                .into_iter()
+                .find(|o| o.variant == obj.variant)
+            {
+                self.persisted.lock().remove(&old.id());
+                self.memory.remove_object(&old, Removal::Replaced);
+            }
+            return if self.start_spool(&obj, declared) {
+                Ok(obj)
+            } else {
+                Err(Refused::TooLarge)
+            };
+        }
         if let Some(old) = self
             .memory
             .lookup(&obj.key)
@@ -461,6 +614,7 @@ impl Storage for Tiered {
 
     fn remove(&self, key: &str, why: Removal) -> usize {
         self.forget(key);
+        self.forget_spools(key);
         self.recent.lock().forget(key);
         // An evicted object still arriving is no longer wanted on disk either.
         self.arriving.lock().forget_key(key);
@@ -475,6 +629,12 @@ impl Storage for Tiered {
     }
 
     fn remove_object(&self, obj: &Object, why: Removal) -> bool {
+        if self.end_spool(obj, false).is_some() {
+            if matches!(why, Removal::Invalidated | Removal::Purged) {
+                self.disk.remove(&obj.key, Some(&obj.variant));
+            }
+            return true;
+        }
         self.persisted.lock().remove(&obj.id());
         self.arriving.lock().remove(obj.id());
         {
@@ -490,7 +650,7 @@ impl Storage for Tiered {
     }
 
     fn holds(&self, obj: &Object) -> bool {
-        self.memory.holds(obj)
+        self.memory.holds(obj) || self.is_spooling(obj)
     }
 
     /// Stored in memory, or evicted from it while arriving and to be written to disk when
@@ -498,10 +658,21 @@ impl Storage for Tiered {
     /// at most the memory tier's `max_object`, outside its budget until then).
     fn wants(&self, obj: &Object) -> bool {
         self.memory.holds(obj)
+            || self.is_spooling(obj)
             || (!self.disk.has_failed() && self.arriving.lock().contains(obj.id()))
     }
 
     fn recharge(&self, obj: &Object) {
+        if obj.body.is_spooled() {
+            // Out of memory's budget. Once complete (its head queued by the body), it stays
+            // findable among the recent disk objects until its head is on disk.
+            if obj.body.outcome() == Some(Ok(())) {
+                if let Some(o) = self.end_spool(obj, true) {
+                    self.recent.lock().add(o);
+                }
+            }
+            return;
+        }
         if obj.body.outcome().is_some() && self.arriving.lock().remove(obj.id()) {
             // Evicted while arriving, now complete: demoted as it would have been.
             if obj.body.outcome() == Some(Ok(())) {
@@ -523,7 +694,41 @@ impl Storage for Tiered {
     }
 
     fn max_object(&self) -> u64 {
-        self.memory.max_object()
+        if self.spool_above() == u64::MAX {
+            return self.memory.max_object();
+        }
+        self.memory.max_object().max(self.spool.max_object)
+    }
+
+    /// A region, or the memory tier's limit if smaller: a body larger than a region can't
+    /// be one record (smaller ones are kept in memory, written at completion as one record
+    /// and sent from disk by `sendfile`). `u64::MAX` with the disk failed, or spooling off.
+    fn spool_above(&self) -> u64 {
+        if self.spool.max_object == 0 || self.disk.has_failed() {
+            return u64::MAX;
+        }
+        self.memory
+            .max_object()
+            .min(self.disk.shared.dir.region_size())
+    }
+
+    fn spool(&self, obj: &Arc<Object>) -> bool {
+        let len = obj.body.len();
+        let evicted = self.arriving.lock().contains(obj.id());
+        if len > self.spool.max_object
+            || obj.head.status != http::StatusCode::OK
+            || !(self.memory.holds(obj) || evicted)
+        {
+            return false;
+        }
+        if !self.start_spool(obj, len) {
+            return false;
+        }
+        self.arriving.lock().remove(obj.id());
+        // Out of the memory tier (its budget), not lost: findable while it arrives.
+        self.persisted.lock().remove(&obj.id());
+        self.memory.remove_object(obj, Removal::TooLarge);
+        true
     }
 
     fn resize(&self, capacity: u64, max_object: u64) -> bool {

@@ -53,10 +53,24 @@ use crate::index::Loc;
 use crate::recovery;
 use crate::shared::{Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
 
+/// The body bytes of every fragment record but a body's last, in a directory of regions
+/// of `size` bytes: [`FRAGMENT_BODY`], or less where a region is too small for that.
+pub(crate) fn fragment_body(size: u64) -> u64 {
+    let max_record = size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN;
+    FRAGMENT_BODY.min(max_record - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN)
+}
+
 /// Bytes encoded before a batch is written even if more is queued.
 const BATCH: usize = 1 << 20;
 
 enum Publish {
+    /// A spooled body's fragment is in the file: readable, and its body may let it go.
+    Fragment {
+        spool: crate::spool::DiskSpool,
+        at: FragmentRef,
+        end: u64,
+        progress: trove_store::SpoolProgress,
+    },
     Put {
         fp: u64,
         key_hash: u64,
@@ -146,6 +160,7 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             .iter()
             .map(|j| match j {
                 Job::Object { bytes, .. } => *bytes,
+                Job::Fragment { body, .. } => body.iter().map(|b| b.len() as u64).sum(),
                 _ => 0,
             })
             .sum();
@@ -219,6 +234,15 @@ fn idle(shared: &Shared) {
                 }
                 Job::Object { bytes, .. } => {
                     shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                    shared.stats.writes_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                Job::Fragment {
+                    spool, progress, ..
+                } => {
+                    spool.0.fail();
+                    progress.failed();
+                }
+                Job::SpoolHead { .. } => {
                     shared.stats.writes_dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {}
@@ -310,8 +334,129 @@ impl Writer<'_> {
                 };
                 self.append(&rec, epoch, None)
             }
+            Job::Fragment {
+                spool,
+                offset,
+                body,
+                progress,
+            } => self.append_fragment(spool, offset, &body, progress),
+            Job::SpoolHead {
+                spool,
+                len,
+                epoch,
+                queued_at,
+            } => self.append_spool_head(&spool, len, epoch, queued_at),
             Job::Flush(_) => Ok(()),
         }
+    }
+
+    /// A piece of a spooled body as a fragment record; its body learns it is written once
+    /// the batch holding it is (`flush`).
+    fn append_fragment(
+        &mut self,
+        spool: crate::spool::DiskSpool,
+        offset: u64,
+        body: &[Bytes],
+        progress: trove_store::SpoolProgress,
+    ) -> std::io::Result<()> {
+        let inner = &spool.0;
+        if !inner.going() {
+            return Ok(());
+        }
+        let len: u64 = body.iter().map(|b| b.len() as u64).sum();
+        let number = inner.placed.lock().fragments.len() as u64;
+        if offset != number * inner.piece || len == 0 || len > inner.piece {
+            // Out of order or misshapen (a defect): never a head naming it.
+            inner.fail();
+            progress.failed();
+            return Ok(());
+        }
+        let meta = FragmentMeta {
+            spool: inner.id,
+            number: number as u32,
+            offset,
+        }
+        .encode();
+        let rec = NewRecord {
+            kind: Kind::Fragment,
+            flags: 0,
+            key: "",
+            variant: "",
+            fingerprint: inner.fingerprint,
+            key_hash: inner.key_hash,
+            labels: &[],
+            meta: &meta,
+            body,
+        };
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        let Some(at) = self.place(&rec, epoch, None)? else {
+            inner.fail();
+            progress.failed();
+            return Ok(());
+        };
+        {
+            let mut p = inner.placed.lock();
+            for b in body {
+                p.hasher.update(b);
+            }
+            p.fragments.push(at);
+        }
+        if let Some(a) = self.active.as_mut() {
+            a.publish.push(Publish::Fragment {
+                spool: spool.clone(),
+                at,
+                end: offset + len,
+                progress,
+            });
+        }
+        Ok(())
+    }
+
+    /// A spooled body's head, after its last fragment: written only if every piece was
+    /// placed, in order, and the spool was neither abandoned nor failed.
+    fn append_spool_head(
+        &mut self,
+        spool: &crate::spool::DiskSpool,
+        len: u64,
+        epoch: u64,
+        queued_at: Instant,
+    ) -> std::io::Result<()> {
+        let inner = &spool.0;
+        let Some(head) = inner.head.as_ref() else {
+            return Ok(());
+        };
+        let (fragments, sum) = {
+            let p = inner.placed.lock();
+            (p.fragments.clone(), p.hasher.digest())
+        };
+        let whole = (fragments.len() as u64) == len.div_ceil(inner.piece).max(1);
+        if !inner.going() || !whole || len == 0 {
+            self.shared
+                .stats
+                .writes_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let list = FragmentList {
+            body_len: len,
+            body_sum: sum,
+            spool: inner.id,
+            fragments,
+        }
+        .encode();
+        let body = [Bytes::from(list)];
+        let rec = NewRecord {
+            kind: Kind::Head,
+            flags: crate::shared::flags_for(&head.variant),
+            key: &head.key,
+            variant: &head.variant,
+            fingerprint: inner.fingerprint,
+            key_hash: inner.key_hash,
+            labels: &head.labels,
+            meta: &head.meta,
+            body: &body,
+        };
+        self.append(&rec, epoch, Some(queued_at))
     }
 
     /// The largest record a region takes.
@@ -378,6 +523,7 @@ impl Writer<'_> {
             .min(self.max_record() - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN);
         let mut whole = xxhash_rust::xxh3::Xxh3::new();
         let mut fragments = Vec::new();
+        debug_assert_eq!(most, fragment_body(self.size));
         let mut piece: Vec<Bytes> = Vec::new();
         let mut piece_len = 0u64;
         let mut offset = 0u64;
@@ -546,6 +692,15 @@ impl Writer<'_> {
         let written = Instant::now();
         for p in a.publish.drain(..) {
             match p {
+                Publish::Fragment {
+                    spool,
+                    at,
+                    end,
+                    progress,
+                } => {
+                    spool.0.written.lock().push(at);
+                    progress.written(end);
+                }
                 Publish::Put {
                     fp,
                     key_hash,

@@ -151,9 +151,22 @@ pub struct DiskSettings {
         deserialize_with = "de_size"
     )]
     pub sendfile_min: u64,
+    /// The largest response stored on disk. A body larger than the memory tier takes
+    /// (`[cache] max_object`, or `region_size` if less) is written to disk as it arrives,
+    /// memory holding only `[cache] stream_buffer` of it, and streamed to every client
+    /// asking meanwhile; larger than this, it passes through uncached. Default 1GiB; "0"
+    /// turns that off (the memory tier's limit applies).
+    #[serde(
+        default = "DiskSettings::default_max_object",
+        deserialize_with = "de_size"
+    )]
+    pub max_object: u64,
 }
 
 impl DiskSettings {
+    fn default_max_object() -> u64 {
+        1 << 30
+    }
     fn default_sync() -> Duration {
         Duration::from_secs(1)
     }

@@ -159,6 +159,15 @@ impl Shared {
             None => open_tiers(
                 MemoryStore::new(c.memory, 16, c.max_object, c.eviction),
                 c.disk.as_ref(),
+                trove_disk::SpoolConfig {
+                    max_object: c.disk.as_ref().map_or(0, |d| d.max_object),
+                    window: c.stream_buffer,
+                    fallback: trove_store::StreamLimits {
+                        read_ahead: c.read_ahead,
+                        buffer: c.stream_buffer,
+                    },
+                    meter: Some(Arc::clone(&metrics.body_buffered)),
+                },
             )?,
         };
         // The admin API and PURGE record invalidations here (`crate::manage`): a store
@@ -334,13 +343,14 @@ type Tiers = (Arc<dyn Storage>, Option<Arc<trove_disk::Tiered>>, bool);
 fn open_tiers(
     memory: MemoryStore,
     disk: Option<&crate::settings::DiskSettings>,
+    spool: trove_disk::SpoolConfig,
 ) -> std::io::Result<Tiers> {
     let Some(d) = disk else {
         return Ok((Arc::new(memory), None, false));
     };
     match trove_disk::DiskStore::open(d.config()) {
         Ok(store) => {
-            let tiered = Arc::new(trove_disk::Tiered::new(memory, store));
+            let tiered = Arc::new(trove_disk::Tiered::new(memory, store).with_spool(spool));
             Ok((tiered.clone(), Some(tiered), false))
         }
         Err(e) if e.is_io() => {

@@ -61,6 +61,7 @@ async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u
             region_size: region,
             reclaim: trove_disk::Reclaim::Fifo,
             sendfile_min: 64 << 10,
+            max_object: 1 << 30,
         });
     })
     .await

@@ -24,6 +24,16 @@
 //!   the writer finds its bytes released ([`BodyError::Released`]): it is *detached*, and
 //!   its driver goes on with a fetch of its own or cuts its client off. With no reader left
 //!   the writer is told to stop ([`BodyError::NoReaders`]), which ends the origin fetch.
+//! - *spooled* ([`Body::set_spooled`]): the object is being stored by a lower tier as it
+//!   arrives (a disk tier, for a body too large for memory): every full piece is handed to a
+//!   [`Spool`] to write, and only a `window` of bytes behind the writer is kept in memory,
+//!   plus what the spool has not written yet. The writer waits while the spool is more than
+//!   the window behind it (a slow disk slows the origin read, not memory growth), never for
+//!   readers: a reader behind the window reads what the spool wrote back from it (verified,
+//!   on the blocking pool), then catches up. So memory per spooled body is the window,
+//!   whatever its readers' speeds. If the spool fails, the body falls back to *unstored*.
+//!   A body whose bytes are all in a spool already ([`Body::from_spool`]: a disk hit too
+//!   large for memory) is read from it alone.
 //!
 //! So outside the store a body holds at most `buffer` bytes plus the last chunk written (the
 //! writer checks how far ahead it is before it appends, so it may overshoot by that chunk; a
@@ -89,8 +99,63 @@ pub struct StreamLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Free,
-    Paced { buffer: u64 },
+    Paced {
+        buffer: u64,
+    },
     Unstored(StreamLimits),
+    /// `window`: bytes behind the writer kept in memory; `fallback`: the unstored limits if
+    /// the spool fails.
+    Spooled {
+        window: u64,
+        fallback: StreamLimits,
+    },
+}
+
+/// Where a spooled body's bytes are written as they arrive, and read back from once they
+/// have left memory (see the module docs). Implemented by a lower tier (the disk's
+/// fragments), so this crate need not depend on it.
+pub trait Spool: Send + Sync + std::fmt::Debug {
+    /// The size of the pieces the body hands over: every piece but the last is this long.
+    fn piece(&self) -> u64;
+    /// Takes the piece of the body at `offset` to write, in order; once written, tells
+    /// `progress` ([`SpoolProgress::written`]), or [`SpoolProgress::failed`]. False if it
+    /// can't take it at all (the body then falls back to unstored).
+    fn write(&self, offset: u64, piece: Vec<Bytes>, progress: SpoolProgress) -> bool;
+    /// The whole body (`len` bytes) has been handed over: make it findable once written.
+    fn finish(&self, len: u64);
+    /// The body failed, or is no longer wanted: nothing of it may become findable.
+    fn abandon(&self);
+    /// The bytes from `pos` to the end of the piece holding it, verified (blocking I/O: call
+    /// it on a blocking pool). Only bytes reported written are asked for.
+    fn read_at(&self, pos: u64) -> std::io::Result<Bytes>;
+    /// False once bytes already written can no longer be read back (a disk region holding
+    /// some was reused): a body read from the spool alone is then of no use.
+    fn intact(&self) -> bool {
+        true
+    }
+}
+
+/// Pieces to hand a spool, each at its offset, with the body they are of.
+type Handover = (Arc<dyn Spool>, Vec<(u64, Vec<Bytes>)>, Weak<Body>);
+
+/// What a [`Spool`] tells its body as pieces are written.
+#[derive(Debug, Clone)]
+pub struct SpoolProgress(Weak<Body>);
+
+impl SpoolProgress {
+    /// Every byte before `upto` is written and can be read back.
+    pub fn written(&self, upto: u64) {
+        if let Some(b) = self.0.upgrade() {
+            b.spool_written(upto);
+        }
+    }
+
+    /// The spool could not write: the body falls back to unstored.
+    pub fn failed(&self) {
+        if let Some(b) = self.0.upgrade() {
+            b.spool_failed();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -110,8 +175,14 @@ struct State {
     prune_at: usize,
     /// Bytes in `chunks`.
     held: u64,
-    /// Where held bytes are counted once the body is unstored.
+    /// Where held bytes are counted once the body is unstored or spooled.
     meter: Option<Arc<AtomicU64>>,
+    /// Spooled: where the bytes go, how many were handed to it, and how many it has written.
+    spool: Option<Arc<dyn Spool>>,
+    queued: u64,
+    written: u64,
+    /// This body, for the progress handles given to its spool.
+    me: Weak<Body>,
 }
 
 /// A body's end as a byte, for [`Body::end`].
@@ -167,6 +238,10 @@ impl Body {
                 prune_at: PRUNE_MIN,
                 held: 0,
                 meter: None,
+                spool: None,
+                queued: 0,
+                written: 0,
+                me: Weak::new(),
             }),
             end: AtomicU8::new(End::ARRIVING),
             expected,
@@ -221,6 +296,10 @@ impl Body {
     /// The whole body as one buffer, if it is complete and was coalesced.
     pub fn complete_bytes(&self) -> Option<Bytes> {
         let st = self.state.lock();
+        // A spooled body may hold only its tail: whole only if every byte is held.
+        if st.held != st.len {
+            return None;
+        }
         match (st.end, st.chunks.len()) {
             (Some(Ok(())), 0) => Some(Bytes::new()),
             (Some(Ok(())), 1) if st.is_stored() => Some(st.chunks[0].clone()),
@@ -233,7 +312,7 @@ impl Body {
     pub fn complete_chunks(&self) -> Option<Vec<Bytes>> {
         let st = self.state.lock();
         match st.end {
-            Some(Ok(())) if st.is_stored() && st.held == st.len => {
+            Some(Ok(())) if st.is_stored() && st.spool.is_none() && st.held == st.len => {
                 Some(st.chunks.iter().cloned().collect())
             }
             _ => None,
@@ -266,6 +345,11 @@ impl Body {
                             (pos, limits.read_ahead)
                         }
                     },
+                    // Paced by the spool, never by readers.
+                    Mode::Spooled { window, .. } => {
+                        let piece = st.spool.as_ref().map_or(0, |s| s.piece());
+                        (st.written, window.saturating_add(piece))
+                    }
                 };
                 let (fastest, limit) = ahead;
                 if st.len.saturating_sub(fastest) < limit.max(1) {
@@ -274,15 +358,30 @@ impl Body {
             }
             wake.await;
         }
-        {
+        let pieces = {
             let mut st = self.state.lock();
             st.push(bytes);
             if let Mode::Unstored(limits) = st.mode {
                 st.release(limits.buffer);
             }
-        }
+            st.full_pieces(false)
+        };
         self.readers_wake.notify_waiters();
+        self.hand_over(pieces);
         Ok(())
+    }
+
+    /// Gives pieces to the spool, outside the lock; falls back to unstored if it refuses.
+    fn hand_over(&self, pieces: Option<Handover>) {
+        let Some((spool, pieces, me)) = pieces else {
+            return;
+        };
+        for (offset, piece) in pieces {
+            if !spool.write(offset, piece, SpoolProgress(me.clone())) {
+                self.spool_failed();
+                return;
+            }
+        }
     }
 
     /// Appends bytes at once, without waiting: for a writer that is not an async task (the
@@ -305,12 +404,29 @@ impl Body {
 
     /// Marks the body complete (or failed). Small complete bodies are joined into one buffer.
     pub fn finish(&self, outcome: Result<(), BodyError>) {
+        let spooled;
         {
             let mut st = self.state.lock();
             if st.end.is_some() {
                 return;
             }
-            if outcome.is_ok() && st.is_stored() && st.chunks.len() > 1 && st.len <= COALESCE_LIMIT
+            let pieces = if outcome.is_ok() {
+                st.full_pieces(true)
+            } else {
+                None
+            };
+            if pieces.is_some() {
+                drop(st);
+                self.hand_over(pieces);
+                st = self.state.lock();
+            }
+            spooled = st.spool.clone();
+            let coalesce = !matches!(st.mode, Mode::Spooled { .. });
+            if outcome.is_ok()
+                && coalesce
+                && st.is_stored()
+                && st.chunks.len() > 1
+                && st.len <= COALESCE_LIMIT
             {
                 let mut joined = BytesMut::with_capacity(st.len as usize);
                 for c in &st.chunks {
@@ -323,7 +439,124 @@ impl Body {
             }
             st.end = Some(outcome);
             self.end.store(End::of(st.end), Ordering::Release);
+            // The spool may have written the last piece already.
+            st.release_if_written();
         }
+        if let Some(spool) = spooled {
+            match outcome {
+                Ok(()) => spool.finish(self.len()),
+                Err(_) => spool.abandon(),
+            }
+        }
+        self.readers_wake.notify_waiters();
+    }
+
+    /// Spooled mode (see the module docs): from now on the body's pieces go to `spool` as
+    /// they arrive, from its first byte (what is held now is handed over with the next
+    /// append), and only `window` bytes behind the writer, plus what the spool has not
+    /// written, stay in memory, counted in `meter`. If the spool fails, the body becomes
+    /// unstored with `fallback`. No effect on a body already unstored or complete.
+    pub fn set_spooled(
+        self: &Arc<Self>,
+        window: u64,
+        spool: Arc<dyn Spool>,
+        fallback: StreamLimits,
+        meter: Option<Arc<AtomicU64>>,
+    ) -> bool {
+        {
+            let mut st = self.state.lock();
+            if !st.is_stored() || st.end.is_some() || st.spool.is_some() {
+                return false;
+            }
+            st.mode = Mode::Spooled { window, fallback };
+            st.spool = Some(spool);
+            st.me = Arc::downgrade(self);
+            if let (None, Some(m)) = (&st.meter, meter) {
+                m.fetch_add(st.held, Ordering::Relaxed);
+                st.meter = Some(m);
+            }
+        }
+        self.writer_wake.notify_waiters();
+        true
+    }
+
+    /// A complete body of `len` bytes, every one of them in `spool` already (a disk hit too
+    /// large for memory): read from it alone, nothing held.
+    pub fn from_spool(len: u64, spool: Arc<dyn Spool>) -> Arc<Self> {
+        let body = Body::new(Some(len));
+        {
+            let mut st = body.state.lock();
+            st.len = len;
+            st.queued = len;
+            st.written = len;
+            st.mode = Mode::Spooled {
+                window: 0,
+                fallback: StreamLimits {
+                    read_ahead: 0,
+                    buffer: 0,
+                },
+            };
+            st.spool = Some(spool);
+            st.end = Some(Ok(()));
+            body.end.store(End::of(st.end), Ordering::Release);
+        }
+        body
+    }
+
+    /// False if the body is read from a spool that lost bytes already written
+    /// ([`Spool::intact`]); true for any other body.
+    pub fn spool_intact(&self) -> bool {
+        let spool = self.state.lock().spool.clone();
+        spool.is_none_or(|s| s.intact())
+    }
+
+    /// True while the body is spooled (see the module docs).
+    pub fn is_spooled(&self) -> bool {
+        matches!(self.state.lock().mode, Mode::Spooled { .. })
+    }
+
+    /// Tells the body's spool it is no longer wanted (a purge, a replacement): nothing of it
+    /// becomes findable. The body goes on for its readers.
+    pub fn abandon_spool(&self) {
+        let spool = self.state.lock().spool.clone();
+        if let Some(s) = spool {
+            s.abandon();
+        }
+    }
+
+    /// The spool has written every byte before `upto`: release what is behind the window.
+    fn spool_written(&self, upto: u64) {
+        {
+            let mut st = self.state.lock();
+            let Mode::Spooled { window, .. } = st.mode else {
+                return;
+            };
+            st.written = st.written.max(upto.min(st.queued));
+            if !st.release_if_written() {
+                let keep_from = st.written.min(st.len.saturating_sub(window));
+                st.release_before(keep_from);
+            }
+        }
+        self.writer_wake.notify_waiters();
+    }
+
+    /// The spool failed: unstored from now on (readers behind the window are detached).
+    fn spool_failed(&self) {
+        let spool = {
+            let mut st = self.state.lock();
+            let Mode::Spooled { fallback, .. } = st.mode else {
+                return;
+            };
+            st.mode = Mode::Unstored(fallback);
+            if st.end.is_none() {
+                st.release(fallback.buffer);
+            }
+            st.spool.take()
+        };
+        if let Some(s) = spool {
+            s.abandon();
+        }
+        self.writer_wake.notify_waiters();
         self.readers_wake.notify_waiters();
     }
 
@@ -332,7 +565,7 @@ impl Body {
     /// No effect once unstored.
     pub fn set_paced(&self, buffer: u64) {
         let mut st = self.state.lock();
-        if st.is_stored() {
+        if st.mode == Mode::Free {
             st.mode = Mode::Paced { buffer };
         }
         drop(st);
@@ -347,7 +580,7 @@ impl Body {
             buffer: limits.buffer.max(limits.read_ahead),
             ..limits
         };
-        {
+        let spool = {
             let mut st = self.state.lock();
             st.mode = Mode::Unstored(limits);
             st.release(limits.buffer);
@@ -355,6 +588,10 @@ impl Body {
                 m.fetch_add(st.held, Ordering::Relaxed);
                 st.meter = Some(m);
             }
+            st.spool.take()
+        };
+        if let Some(s) = spool {
+            s.abandon();
         }
         self.writer_wake.notify_waiters();
         // Readers now behind the buffer must learn so.
@@ -420,6 +657,61 @@ impl State {
         }
         self.starts.push_back(at);
         self.chunks.push_back(bytes);
+    }
+
+    /// Spooled, whole and all written: every reader reads it back from the spool, so
+    /// nothing is held. True if so.
+    fn release_if_written(&mut self) -> bool {
+        if self.spool.is_none() || self.end != Some(Ok(())) || self.written != self.len {
+            return false;
+        }
+        if let Some(m) = &self.meter {
+            m.fetch_sub(self.held, Ordering::Relaxed);
+        }
+        self.chunks.clear();
+        self.starts.clear();
+        self.held = 0;
+        true
+    }
+
+    /// Spooled: the pieces not yet handed to the spool that are full (and the last, short
+    /// one when `all`), with the spool to hand them to. Marks them handed over.
+    fn full_pieces(&mut self, all: bool) -> Option<Handover> {
+        let spool = self.spool.as_ref()?;
+        let piece = spool.piece().max(1);
+        let mut out = Vec::new();
+        while self.len - self.queued >= piece || (all && self.len > self.queued) {
+            let n = piece.min(self.len - self.queued);
+            out.push((self.queued, self.range(self.queued, self.queued + n)));
+            self.queued += n;
+        }
+        if out.is_empty() {
+            return None;
+        }
+        Some((Arc::clone(spool), out, self.me.clone()))
+    }
+
+    /// The held bytes `from..to` as slices of the chunks (never released before handed over).
+    fn range(&self, from: u64, to: u64) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let first = match self.starts.binary_search(&from) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        for i in first..self.chunks.len() {
+            let (s, c) = (self.starts[i], &self.chunks[i]);
+            let e = s + c.len() as u64;
+            if s >= to {
+                break;
+            }
+            if e <= from {
+                continue;
+            }
+            let a = from.saturating_sub(s) as usize;
+            let b = (to.min(e) - s) as usize;
+            out.push(c.slice(a..b));
+        }
+        out
     }
 
     /// Forgets the cursors of dropped readers.
@@ -507,9 +799,12 @@ impl BodyReader {
             let wake = body.readers_wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
-            {
+            let from_spool = {
                 let st = body.state.lock();
                 match st.slice_at(self.pos) {
+                    Err(BodyError::Released) if self.pos < st.written && st.spool.is_some() => {
+                        st.spool.clone()
+                    }
                     Err(e) => return Some(Err(e)),
                     Ok(Some(bytes)) => {
                         let paced = st.mode != Mode::Free;
@@ -520,9 +815,22 @@ impl BodyReader {
                     Ok(None) => match st.end {
                         Some(Ok(())) => return None,
                         Some(Err(e)) => return Some(Err(e)),
-                        None => {}
+                        None => None,
                     },
                 }
+            };
+            if let Some(spool) = from_spool {
+                // Behind the window: what the spool wrote, read back verified.
+                let pos = self.pos;
+                let read = tokio::task::spawn_blocking(move || spool.read_at(pos)).await;
+                return match read {
+                    Ok(Ok(bytes)) if !bytes.is_empty() => {
+                        self.advance(bytes.len() as u64, false);
+                        Some(Ok(bytes))
+                    }
+                    // Unreadable or corrupt: this reader is detached, never sent wrong bytes.
+                    _ => Some(Err(BodyError::Released)),
+                };
             }
             wake.await;
         }
@@ -824,5 +1132,194 @@ mod tests {
                 .expect("no byte released under the reader")
                 .len();
         }
+    }
+}
+
+#[cfg(test)]
+mod spool_tests {
+    use super::*;
+
+    /// A spool in memory: pieces are "written" when `release` says so.
+    #[derive(Debug, Default)]
+    struct MemSpool {
+        piece: u64,
+        pieces: Mutex<Vec<(u64, Bytes, SpoolProgress)>>,
+        written: Mutex<Vec<(u64, Bytes)>>,
+        finished: Mutex<Option<u64>>,
+        abandoned: std::sync::atomic::AtomicBool,
+        refuse: std::sync::atomic::AtomicBool,
+    }
+
+    impl MemSpool {
+        fn new(piece: u64) -> Arc<MemSpool> {
+            Arc::new(MemSpool {
+                piece,
+                ..MemSpool::default()
+            })
+        }
+
+        /// Writes every piece handed over so far.
+        fn write_all(&self) {
+            let pending: Vec<_> = self.pieces.lock().drain(..).collect();
+            for (off, b, p) in pending {
+                let end = off + b.len() as u64;
+                self.written.lock().push((off, b));
+                p.written(end);
+            }
+        }
+    }
+
+    impl Spool for MemSpool {
+        fn piece(&self) -> u64 {
+            self.piece
+        }
+        fn write(&self, offset: u64, piece: Vec<Bytes>, progress: SpoolProgress) -> bool {
+            if self.refuse.load(Ordering::SeqCst) {
+                return false;
+            }
+            let mut joined = BytesMut::new();
+            for p in &piece {
+                joined.extend_from_slice(p);
+            }
+            assert!(joined.len() as u64 <= self.piece);
+            self.pieces.lock().push((offset, joined.freeze(), progress));
+            true
+        }
+        fn finish(&self, len: u64) {
+            *self.finished.lock() = Some(len);
+        }
+        fn abandon(&self) {
+            self.abandoned.store(true, Ordering::SeqCst);
+        }
+        fn read_at(&self, pos: u64) -> std::io::Result<Bytes> {
+            let w = self.written.lock();
+            for (off, b) in w.iter() {
+                if pos >= *off && pos < off + b.len() as u64 {
+                    return Ok(b.slice((pos - off) as usize..));
+                }
+            }
+            Err(std::io::Error::other("not written"))
+        }
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    fn limits() -> StreamLimits {
+        StreamLimits {
+            read_ahead: 64,
+            buffer: 64,
+        }
+    }
+
+    /// Pieces go to the spool in order and of the spool's size, memory keeps the window
+    /// and what is not written, a reader behind the window reads the rest back from the
+    /// spool, byte for byte, and the spool is told the whole length at the end.
+    #[tokio::test]
+    async fn a_spooled_body_keeps_a_window_and_serves_the_rest_from_its_spool() {
+        let data = pattern(10_000);
+        let spool = MemSpool::new(1_000);
+        let meter = Arc::new(AtomicU64::new(0));
+        let body = Body::new(Some(data.len() as u64));
+        let mut late = body.reader(0);
+        assert!(body.set_spooled(500, spool.clone(), limits(), Some(Arc::clone(&meter))));
+        for c in data.chunks(300) {
+            body.append(Bytes::copy_from_slice(c)).await.unwrap();
+            spool.write_all();
+            assert!(
+                body.held() <= 500 + 1_000 + 300,
+                "{} bytes held",
+                body.held()
+            );
+            assert_eq!(meter.load(Ordering::SeqCst), body.held());
+        }
+        body.finish(Ok(()));
+        spool.write_all();
+        assert_eq!(*spool.finished.lock(), Some(10_000));
+        assert_eq!(body.held(), 0, "whole and written: nothing held");
+        let sizes: Vec<u64> = spool
+            .written
+            .lock()
+            .iter()
+            .map(|(_, b)| b.len() as u64)
+            .collect();
+        assert_eq!(sizes, vec![1_000; 10]);
+        assert!(body.complete_bytes().is_none() && body.complete_chunks().is_none());
+        let mut got = Vec::new();
+        while let Some(b) = late.next().await {
+            got.extend_from_slice(&b.unwrap());
+        }
+        assert!(got == data, "read back byte for byte");
+        drop((late, body));
+        assert_eq!(meter.load(Ordering::SeqCst), 0);
+    }
+
+    /// The writer waits for the spool, not for readers: more than the window plus a piece
+    /// ahead of what is written, it is held back until the spool catches up.
+    #[tokio::test]
+    async fn a_spooled_writer_waits_for_its_spool() {
+        let spool = MemSpool::new(100);
+        let body = Body::new(Some(1_000));
+        assert!(body.set_spooled(100, spool.clone(), limits(), None));
+        for _ in 0..2 {
+            body.append(Bytes::from(vec![1; 100])).await.unwrap();
+        }
+        let w = Arc::clone(&body);
+        let pending = tokio::spawn(async move { w.append(Bytes::from(vec![2; 100])).await });
+        tokio::task::yield_now().await;
+        assert_eq!(body.len(), 200, "held back: nothing written yet");
+        spool.write_all();
+        pending.await.unwrap().unwrap();
+        assert_eq!(body.len(), 300);
+    }
+
+    /// A spool that refuses a piece: the body is unstored from then on (bounded, readers
+    /// within the buffer go on), and the spool is abandoned so nothing becomes findable.
+    #[tokio::test]
+    async fn a_failed_spool_falls_back_to_unstored() {
+        let spool = MemSpool::new(100);
+        let body = Body::new(Some(1_000));
+        let mut r = body.reader(0);
+        assert!(body.set_spooled(100, spool.clone(), limits(), None));
+        body.append(Bytes::from(vec![1; 100])).await.unwrap();
+        spool.refuse.store(true, Ordering::SeqCst);
+        body.append(Bytes::from(vec![2; 100])).await.unwrap();
+        assert!(body.is_unstored());
+        assert!(spool.abandoned.load(Ordering::SeqCst));
+        body.finish(Ok(()));
+        assert_eq!(*spool.finished.lock(), None, "never made findable");
+        // The reader at 0 is behind the unstored buffer: detached, not fed wrong bytes.
+        let first = r.next().await.unwrap();
+        assert!(matches!(first, Err(BodyError::Released)) || first.unwrap()[0] == 1);
+    }
+
+    /// A body wholly in its spool (a disk hit) is read from it alone, from any offset, and a
+    /// spool that can't read detaches the reader rather than ending the body short.
+    #[tokio::test]
+    async fn a_body_from_a_spool_is_read_from_it() {
+        let data = pattern(3_000);
+        let spool = MemSpool::new(1_000);
+        for (i, c) in data.chunks(1_000).enumerate() {
+            spool
+                .written
+                .lock()
+                .push((i as u64 * 1_000, Bytes::copy_from_slice(c)));
+        }
+        let body = Body::from_spool(3_000, spool.clone());
+        assert_eq!(body.outcome(), Some(Ok(())));
+        assert!(
+            body.complete_bytes().is_none(),
+            "not held: never one buffer"
+        );
+        let mut r = body.reader(1_500);
+        let mut got = Vec::new();
+        while let Some(b) = r.next().await {
+            got.extend_from_slice(&b.unwrap());
+        }
+        assert!(got == data[1_500..]);
+        spool.written.lock().clear();
+        let mut r = body.reader(0);
+        assert_eq!(r.next().await.unwrap(), Err(BodyError::Released));
     }
 }

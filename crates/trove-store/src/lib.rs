@@ -30,7 +30,7 @@ mod memory;
 mod object;
 pub mod storage;
 
-pub use body::{Body, BodyError, BodyReader, StreamLimits};
+pub use body::{Body, BodyError, BodyReader, Spool, SpoolProgress, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
 pub use invalidation::{Invalidations, Journal, Verdict};
 pub use labels::Labels;

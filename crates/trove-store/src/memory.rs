@@ -125,6 +125,14 @@ impl MemoryStore {
         self
     }
 
+    /// `obj` with an identity of this store's, without storing it: for an object a lower
+    /// tier keeps (a body spooled to disk), so `Storage::holds` and friends can tell it
+    /// from every object stored here.
+    pub fn identify(&self, mut obj: Object) -> Object {
+        obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        obj
+    }
+
     /// The eviction policy in use.
     pub fn eviction(&self) -> EvictionKind {
         self.kind

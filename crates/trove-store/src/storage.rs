@@ -11,6 +11,7 @@
 //! | [`Storage::touch`] | a hit feeds the eviction policy. |
 //! | [`Storage::remove`] / [`Storage::remove_object`] | invalidation, purge, a failed body; the [`Removal`] reason is counted. |
 //! | [`Storage::holds`] / [`Storage::recharge`] / [`Storage::wants`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
+//! | [`Storage::spool_above`] / [`Storage::spool`] | a body too large for memory is written to a lower tier as it arrives (a disk tier), memory holding only a window of it. |
 //! | [`Storage::resize`] | a reload changed the budget: the cache is kept, trimmed to the new size. |
 //! | [`Storage::invalidations`] / [`Storage::scan`] | invalidation by rule (tags, named caches, prefixes, bans) judged lazily at lookup and swept in the background. |
 //!
@@ -130,8 +131,23 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn wants(&self, obj: &Object) -> bool {
         self.holds(obj)
     }
-    /// The largest object this store admits.
+    /// The largest object this store admits (with a tier that spools, the largest it
+    /// spools).
     fn max_object(&self) -> u64;
+    /// A body still arriving that grows past this many bytes is written to a lower tier as
+    /// it arrives ([`Storage::spool`]) rather than kept in memory; `u64::MAX` when no tier
+    /// does that. An object declared this large is spooled by [`Storage::insert`] itself.
+    fn spool_above(&self) -> u64 {
+        u64::MAX
+    }
+    /// The stored `obj`, whose body is still arriving and has grown past
+    /// [`Storage::spool_above`], goes on as a spooled body (see `crate::Body`): out of
+    /// memory's budget, written to the lower tier as it arrives. False if no tier takes it;
+    /// the caller then treats it as too large for memory.
+    fn spool(&self, obj: &Arc<Object>) -> bool {
+        let _ = obj;
+        false
+    }
     /// Counters.
     fn stats(&self) -> crate::StoreStats;
     /// A reload changed the byte budget or the object size limit: apply them, evicting to

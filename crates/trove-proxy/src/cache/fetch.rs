@@ -169,17 +169,23 @@ impl Fill<'_> {
             body.set_paced(self.limits.buffer);
         }
         let max = self.store.max_object();
+        let spool_above = self.store.spool_above();
         let mut since_recharge = 0u64;
         loop {
             match resp.next_chunk().await {
                 Ok(Some(b)) => {
                     let n = b.len() as u64;
-                    if !body.is_unstored() && body.len() + n > max {
-                        self.store.remove_object(self.obj, Removal::TooLarge);
-                        self.unstore(body);
-                        // Like a declared length over the limit: later misses for it pass
-                        // the client's Range and validators on.
-                        self.memo.lock().remember(&self.obj.key, now());
+                    let grown = body.len() + n;
+                    if grown > spool_above
+                        && !body.is_unstored()
+                        && !body.is_spooled()
+                        && !self.store.spool(self.obj)
+                    {
+                        // Too large for memory, and no lower tier writes it as it arrives.
+                        self.too_large(body);
+                    }
+                    if !body.is_unstored() && grown > max {
+                        self.too_large(body);
                     }
                     if body.append(b).await.is_err() {
                         body.finish(Err(BodyError::NoReaders));
@@ -220,6 +226,15 @@ impl Fill<'_> {
                 }
             }
         }
+    }
+
+    /// The body outgrew what the store takes: it leaves the store, bounded from now on.
+    fn too_large(&self, body: &Body) {
+        self.store.remove_object(self.obj, Removal::TooLarge);
+        self.unstore(body);
+        // Like a declared length over the limit: later misses for it pass the client's
+        // Range and validators on.
+        self.memo.lock().remember(&self.obj.key, now());
     }
 
     /// The body is no longer the store's: bound what it holds, and count it.

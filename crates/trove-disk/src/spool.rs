@@ -1,0 +1,265 @@
+//! A large body written to disk as it arrives, and read back from its fragments
+//! (docs/storage-format.md, *Large objects*): the disk tier's [`trove_store::Spool`].
+//!
+//! While the body arrives, its `Body` hands every full piece (one fragment's worth) to
+//! [`DiskSpool::write`], which queues it for the writer thread; the writer places it as a
+//! fragment record, and once the batch holding it is written tells the body
+//! (`SpoolProgress::written`), so the body can release it from memory and readers behind
+//! its window read it back here. When the last piece is handed over, [`DiskSpool::finish`]
+//! queues the head record, written after every fragment: the object becomes findable only
+//! then. [`DiskSpool::abandon`] (a purge, a failed body) keeps the head from ever being
+//! written; the fragments leave with their regions.
+//!
+//! A head found on disk after a restart is read through the same type ([`DiskSpool::at_rest`]),
+//! so a hit on a large object streams from its fragments and never enters memory whole.
+//!
+//! Every read verifies the fragment it reads: its region still holds the use it was written
+//! in, its record's checksum, and that it is this body's (fingerprint, spool id, number,
+//! offset). Fragment `i` holds bytes `i × piece` onward, `piece` being fixed by the region
+//! size ([`crate::writer::fragment_body`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use trove_store::{Spool, SpoolProgress};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::format::{FragmentList, FragmentMeta, FragmentRef, Kind, Record};
+use crate::index::Loc;
+use crate::shared::{Job, Shared};
+
+/// The parts of the head record, encoded when the spool starts.
+pub(crate) struct HeadParts {
+    pub key: String,
+    pub variant: String,
+    pub labels: Vec<u8>,
+    pub meta: Vec<u8>,
+}
+
+/// The writer's side of a spool: what it placed so far (in order), and the running
+/// checksum of the body.
+pub(crate) struct Placed {
+    pub fragments: Vec<FragmentRef>,
+    pub hasher: Xxh3,
+}
+
+pub(crate) struct Inner {
+    pub shared: Arc<Shared>,
+    pub fingerprint: u64,
+    pub key_hash: u64,
+    /// Random per spool (see `FragmentMeta::spool`).
+    pub id: u64,
+    pub piece: u64,
+    /// `None` for a body at rest (nothing more is written).
+    pub head: Option<HeadParts>,
+    pub placed: Mutex<Placed>,
+    /// Fragments written (their batch is in the file), readable.
+    pub written: Mutex<Vec<FragmentRef>>,
+    /// 0 going on, 1 abandoned, 2 failed.
+    pub state: std::sync::atomic::AtomicU8,
+    /// The head's index location, for a body at rest: a corrupt fragment drops it.
+    pub at: Option<Loc>,
+    /// A fragment was found corrupt: the body is of no use any more.
+    pub broken: std::sync::atomic::AtomicBool,
+}
+
+const GOING: u8 = 0;
+const ABANDONED: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Inner {
+    pub(crate) fn going(&self) -> bool {
+        self.state.load(Ordering::Acquire) == GOING
+    }
+
+    pub(crate) fn fail(&self) {
+        let _ = self
+            .state
+            .compare_exchange(GOING, FAILED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct DiskSpool(pub(crate) Arc<Inner>);
+
+impl std::fmt::Debug for DiskSpool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskSpool")
+            .field("id", &self.0.id)
+            .field("piece", &self.0.piece)
+            .finish()
+    }
+}
+
+/// Spool ids: random per process start, then counted, so two spools never share one.
+fn new_id(fp: u64) -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    xxhash_rust::xxh3::xxh3_64_with_seed(&nanos.to_le_bytes(), fp ^ n.rotate_left(32))
+}
+
+impl DiskSpool {
+    /// A spool for a body arriving now (see [`crate::DiskStore::spool`]).
+    pub(crate) fn arriving(shared: Arc<Shared>, head: HeadParts) -> DiskSpool {
+        let fingerprint = trove_store::hash::fingerprint(&head.key, &head.variant);
+        let key_hash = trove_store::hash::key_hash(&head.key);
+        let piece = crate::writer::fragment_body(shared.dir.region_size());
+        DiskSpool(Arc::new(Inner {
+            shared,
+            fingerprint,
+            key_hash,
+            id: new_id(fingerprint),
+            piece,
+            head: Some(head),
+            placed: Mutex::new(Placed {
+                fragments: Vec::new(),
+                hasher: Xxh3::new(),
+            }),
+            written: Mutex::new(Vec::new()),
+            state: std::sync::atomic::AtomicU8::new(GOING),
+            at: None,
+            broken: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    /// A head's body, every fragment written already.
+    pub(crate) fn at_rest(
+        shared: Arc<Shared>,
+        fingerprint: u64,
+        key_hash: u64,
+        at: Loc,
+        list: FragmentList,
+    ) -> DiskSpool {
+        let piece = crate::writer::fragment_body(shared.dir.region_size());
+        DiskSpool(Arc::new(Inner {
+            shared,
+            fingerprint,
+            key_hash,
+            id: list.spool,
+            piece,
+            head: None,
+            placed: Mutex::new(Placed {
+                fragments: Vec::new(),
+                hasher: Xxh3::new(),
+            }),
+            written: Mutex::new(list.fragments),
+            state: std::sync::atomic::AtomicU8::new(ABANDONED),
+            at: Some(at),
+            broken: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    fn push(&self, job: Job) {
+        let s = &self.0.shared;
+        s.queue.lock().push_back(job);
+        s.wake.notify_one();
+    }
+
+    fn read(&self, pos: u64) -> std::io::Result<Bytes> {
+        let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+        let inner = &self.0;
+        let shared = &inner.shared;
+        let number = pos / inner.piece;
+        let Some(f) = inner.written.lock().get(number as usize).copied() else {
+            return Err(std::io::Error::other("fragment not written"));
+        };
+        let current = shared
+            .seqs
+            .get(f.region as usize)
+            .map(|x| x.load(Ordering::Acquire));
+        if current != Some(f.seq) {
+            return Err(std::io::Error::other("a fragment's region was reused"));
+        }
+        let b = Bytes::from(shared.dir.read_vec(f.region, f.offset, f.len as usize)?);
+        let r = Record::decode(&b, f.seq).map_err(|e| bad(&format!("fragment: {e}")))?;
+        let m = FragmentMeta::decode(&r.meta).map_err(|e| bad(&format!("fragment: {e}")))?;
+        let start = number * inner.piece;
+        if r.header.kind != Kind::Fragment
+            || r.header.fingerprint != inner.fingerprint
+            || m.spool != inner.id
+            || m.number as u64 != number
+            || m.offset != start
+            || r.body.is_empty()
+            || start + r.body.len() as u64 <= pos
+        {
+            return Err(bad("not this body's fragment"));
+        }
+        Ok(r.body.slice((pos - start) as usize..))
+    }
+}
+
+impl Spool for DiskSpool {
+    fn piece(&self) -> u64 {
+        self.0.piece
+    }
+
+    fn write(&self, offset: u64, piece: Vec<Bytes>, progress: SpoolProgress) -> bool {
+        if !self.0.going() || self.0.shared.state.load(Ordering::Acquire) == crate::shared::FAILED {
+            return false;
+        }
+        self.push(Job::Fragment {
+            spool: self.clone(),
+            offset,
+            body: piece,
+            progress,
+        });
+        true
+    }
+
+    fn finish(&self, len: u64) {
+        if !self.0.going() {
+            return;
+        }
+        let shared = &self.0.shared;
+        shared.stats.writes_queued.fetch_add(1, Ordering::Relaxed);
+        self.push(Job::SpoolHead {
+            spool: self.clone(),
+            len,
+            epoch: shared.epoch.load(Ordering::Acquire),
+            queued_at: Instant::now(),
+        });
+    }
+
+    fn abandon(&self) {
+        let _ =
+            self.0
+                .state
+                .compare_exchange(GOING, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// True while every fragment written is still where it was (its region not reused).
+    fn intact(&self) -> bool {
+        if self.0.broken.load(Ordering::Acquire) {
+            return false;
+        }
+        let s = &self.0.shared;
+        self.0.written.lock().iter().all(|f| {
+            s.seqs
+                .get(f.region as usize)
+                .is_some_and(|x| x.load(Ordering::Acquire) == f.seq)
+        })
+    }
+
+    fn read_at(&self, pos: u64) -> std::io::Result<Bytes> {
+        let r = self.read(pos);
+        if let Err(e) = &r {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                self.0.broken.store(true, Ordering::Release);
+                let s = &self.0.shared;
+                s.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("disk tier: dropped a corrupt fragment ({e})");
+                if let Some(at) = self.0.at {
+                    s.index.remove_if_at(self.0.fingerprint, at);
+                }
+            }
+        }
+        r
+    }
+}
