@@ -7,12 +7,13 @@
 #    in the second pass, which must be 0).
 # 2. `rss`: one BIG (200 MB) body through trove to two clients at once, one reading at full
 #    speed, one at SLOW (20 MB/s); trove's RSS sampled every 100 ms (VmRSS, /proc), the peak
-#    and the value before reported. trove as configured by default ([cache] max_object 64MiB),
-#    with a disk tier.
+#    and the value before reported; then a third request (a hit from disk, no origin request).
+#    trove with a 16 MiB memory tier and a disk tier: the body is written to disk as it
+#    arrives ([cache.disk] max_object, default 1GiB), memory holding a stream_buffer window.
+#    The same two clients then go through nginx proxy_cache (bench/slow-readers/nginx.conf)
+#    for a fresh copy of the body (big2.bin), its RSS summed over its processes.
 # 3. `rss-stored`: the same with a MID (60 MB) body, under the default [cache] (memory 256MiB,
-#    max_object 64MiB) with a disk tier: stored, so both clients share one origin fetch, and
-#    held whole in memory, then written to disk when complete (over a 16 MiB region: as
-#    fragments and a head; before those, dropped by the writer).
+#    max_object 64MiB) with a disk tier: over a 16 MiB region, so spooled too.
 #
 #   bash bench/large/run.sh
 #
@@ -34,6 +35,7 @@ ADMIN=${ADMIN:-38291}
 PORT2=${PORT2:-38292}
 ADMIN2=${ADMIN2:-38293}
 ORIGIN_PORT=${ORIGIN_PORT:-38280}
+NGINX_PORT=${NGINX_PORT:-38294}
 LOG_TAG=large
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"   # log, cleanup at exit, start, wait_port
@@ -41,6 +43,7 @@ metric() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" '$1 == m { 
 mkdir -p "$RUN/www/o" "$RUN/origin/tmp" "$RUN/trove"
 for i in $(seq 0 $((OBJECTS - 1))); do head -c "$SIZE" /dev/urandom >"$RUN/www/o/$i.bin"; done
 head -c "$BIG" /dev/urandom >"$RUN/www/big.bin"
+cp "$RUN/www/big.bin" "$RUN/www/big2.bin"
 head -c "$MID" /dev/urandom >"$RUN/www/mid.bin"
 chown -R nobody:nogroup "$RUN/origin" "$RUN/www" 2>/dev/null || true
 chmod 755 "$RUN"
@@ -83,7 +86,7 @@ start origin nginx -c "$RUN/origin.conf"
 wait_port "$ORIGIN_PORT"
 start trove "$TROVE_BIN" serve --config "$RUN/trove.toml"
 wait_port "$PORT"
-TROVE_PID=$(pgrep -g "${PGIDS[1]}" -x trove | head -1)
+TROVE_PID=$(pgrep -g "${PGIDS[1]}" | head -1)
 
 log "evicted: $OBJECTS objects of $SIZE, one at a time"
 for i in $(seq 0 $((OBJECTS - 1))); do
@@ -96,7 +99,13 @@ after=$(wc -l <"$RUN/origin/access.log")
 echo "evicted: writes_total=$(metric trove_disk_writes_total) queued=$(metric trove_disk_writes_queued_total) shed=$(metric trove_disk_writes_shed_total) store_evictions=$(metric trove_store_evictions_total) second-pass origin requests=$((after - before)) of $OBJECTS"
 
 log "rss: $BIG to two clients, one at $SLOW/s"
-rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+rss() { # pid, or g<pgid> for the sum over a process group
+    if [[ $1 == g* ]]; then
+        ps -e -o pgid=,rss= | awk -v g="${1#g}" '$1 == g { s += $2 } END { print s + 0 }'
+    else
+        awk '/^VmRSS/ { print $2 }' "/proc/$1/status"
+    fi
+}
 two_clients() { # pid port file: the two clients, trove's RSS sampled meanwhile
     local pid=$1 port=$2 file=$3 base peak r fast slow
     base=$(rss "$pid")
@@ -111,14 +120,27 @@ two_clients() { # pid port file: the two clients, trove's RSS sampled meanwhile
         sleep 0.1
     done
     wait "$fast" "$slow"
-    echo "trove VmRSS before ${base} KiB, peak ${peak} KiB, after $(rss "$pid") KiB; origin requests for $file: $(grep -c "$file" "$RUN/origin/access.log")"
+    echo "VmRSS before ${base} KiB, peak ${peak} KiB, after $(rss "$pid") KiB; origin requests for $file: $(grep -c "$file" "$RUN/origin/access.log")"
 }
 echo "rss: $(two_clients "$TROVE_PID" "$PORT" big.bin); buffered gauge after: $(metric trove_body_buffered_bytes)"
+sleep 2   # the disk writer
+hit=$(for _ in 1 2 3; do taskset -c 0 curl -s -o /dev/null -D "$RUN/third.head" -w '%{time_total} ' "http://127.0.0.1:$PORT/big.bin"; done)
+echo "rss: three more requests: $(grep -i '^cache-status' "$RUN/third.head" | tr -d '\r'), in $hit s; origin requests for big.bin: $(grep -c big.bin "$RUN/origin/access.log"); trove_disk_writes_total=$(metric trove_disk_writes_total) write_bytes=$(metric trove_disk_write_bytes_total)"
+
+log "rss: nginx proxy_cache, the same two clients (big2.bin)"
+mkdir -p "$RUN/nginx/tmp" "$RUN/nginx/cache"
+chown nobody:nogroup "$RUN/nginx/tmp" "$RUN/nginx/cache" 2>/dev/null || true
+sed -e "s|@RUN@|$RUN|g; s|@ORIGIN@|$ORIGIN_PORT|g; s|@PORT@|$NGINX_PORT|g" "$ROOT/bench/slow-readers/nginx.conf" >"$RUN/nginx/nginx.conf"
+start nginx nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e "$RUN/nginx/error.log"
+wait_port "$NGINX_PORT"
+echo "rss nginx: $(two_clients "g${PGIDS[2]}" "$NGINX_PORT" big2.bin)"
+hit=$(for _ in 1 2 3; do taskset -c 0 curl -s -o /dev/null -D "$RUN/nginx.head" -w '%{time_total} ' "http://127.0.0.1:$NGINX_PORT/big2.bin"; done)
+echo "rss nginx: three more requests: $(grep -i '^x-cache-status' "$RUN/nginx.head" | tr -d '\r'), in $hit s; origin requests for big2.bin: $(grep -c big2.bin "$RUN/origin/access.log")"
 
 log "rss-stored: $MID to two clients, one at $SLOW/s, [cache] defaults"
 start trove2 "$TROVE_BIN" serve --config "$RUN/trove2.toml"
 wait_port "$PORT2"
-TROVE2_PID=$(pgrep -g "${PGIDS[2]}" -x trove | head -1)
+TROVE2_PID=$(pgrep -g "${PGIDS[3]}" | head -1)
 echo "rss-stored: $(two_clients "$TROVE2_PID" "$PORT2" mid.bin)"
 sleep 2   # the disk writer
 echo "rss-stored: on disk: writes_total=$(curl -s "http://127.0.0.1:$ADMIN2/metrics" | awk '$1 == "trove_disk_writes_total" { print $2 }') dropped=$(curl -s "http://127.0.0.1:$ADMIN2/metrics" | awk '$1 == "trove_disk_writes_dropped_total" { print $2 }')"

@@ -476,6 +476,10 @@ impl Body {
                 st.meter = Some(m);
             }
         }
+        // What is held already goes first: the writer waits for it to be written before it
+        // appends more.
+        let pieces = self.state.lock().full_pieces(false);
+        self.hand_over(pieces);
         self.writer_wake.notify_waiters();
         true
     }
@@ -1253,6 +1257,49 @@ mod spool_tests {
         assert!(got == data, "read back byte for byte");
         drop((late, body));
         assert_eq!(meter.load(Ordering::SeqCst), 0);
+    }
+
+    /// A body that grew in memory before it was spooled (a chunked one outgrowing memory):
+    /// what it holds is handed over at once, from its first byte, so the writer, waiting
+    /// for the spool to write what is held, goes on (it waited forever before the fix).
+    #[tokio::test]
+    async fn a_body_spooled_midway_hands_over_what_it_holds() {
+        let data = pattern(5_000);
+        let spool = MemSpool::new(1_000);
+        let body = Body::new(None);
+        body.set_paced(100);
+        body.append(Bytes::copy_from_slice(&data[..3_500]))
+            .await
+            .unwrap();
+        assert!(body.set_spooled(100, spool.clone(), limits(), None));
+        assert_eq!(
+            spool.pieces.lock().len(),
+            3,
+            "three full pieces handed over at once"
+        );
+        let w = Arc::clone(&body);
+        let rest = Bytes::copy_from_slice(&data[3_500..]);
+        let writer = tokio::spawn(async move {
+            w.append(rest).await.unwrap();
+            w.finish(Ok(()));
+        });
+        let wrote = async {
+            while !writer.is_finished() {
+                spool.write_all();
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), wrote)
+            .await
+            .expect("the writer went on");
+        spool.write_all();
+        let mut got = Vec::new();
+        for (off, b) in spool.written.lock().iter() {
+            assert_eq!(*off as usize, got.len());
+            got.extend_from_slice(b);
+        }
+        assert!(got == data, "every byte, in order, from the first");
+        assert_eq!(*spool.finished.lock(), Some(5_000));
     }
 
     /// The writer waits for the spool, not for readers: more than the window plus a piece
