@@ -222,6 +222,10 @@ pub(crate) enum Job {
     SpoolHead {
         spool: crate::spool::DiskSpool,
         len: u64,
+        key: String,
+        variant: String,
+        labels: Vec<u8>,
+        meta: Vec<u8>,
         epoch: u64,
         queued_at: Instant,
     },

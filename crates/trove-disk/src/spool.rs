@@ -6,9 +6,11 @@
 //! fragment record, and once the batch holding it is written tells the body
 //! (`SpoolProgress::written`), so the body can release it from memory and readers behind
 //! its window read it back here. When the last piece is handed over, [`DiskSpool::finish`]
-//! queues the head record, written after every fragment: the object becomes findable only
-//! then. [`DiskSpool::abandon`] (a purge, a failed body) keeps the head from ever being
-//! written; the fragments leave with their regions.
+//! notes the body's length, and the tier queues the head record
+//! ([`crate::DiskStore::finish_spool`], the object judged by the rules then, as any write),
+//! written after every fragment: the object becomes findable only then.
+//! [`DiskSpool::abandon`] (a purge, a failed body) keeps the head from ever being written;
+//! the fragments leave with their regions.
 //!
 //! A head found on disk after a restart is read through the same type ([`DiskSpool::at_rest`]),
 //! so a hit on a large object streams from its fragments and never enters memory whole.
@@ -20,7 +22,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -30,14 +31,6 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::format::{FragmentList, FragmentMeta, FragmentRef, Kind, Record};
 use crate::index::Loc;
 use crate::shared::{Job, Shared};
-
-/// The parts of the head record, encoded when the spool starts.
-pub(crate) struct HeadParts {
-    pub key: String,
-    pub variant: String,
-    pub labels: Vec<u8>,
-    pub meta: Vec<u8>,
-}
 
 /// The writer's side of a spool: what it placed so far (in order), and the running
 /// checksum of the body.
@@ -53,8 +46,8 @@ pub(crate) struct Inner {
     /// Random per spool (see `FragmentMeta::spool`).
     pub id: u64,
     pub piece: u64,
-    /// `None` for a body at rest (nothing more is written).
-    pub head: Option<HeadParts>,
+    /// The whole body's length once handed over ([`Spool::finish`]); `u64::MAX` before.
+    pub finished: AtomicU64,
     pub placed: Mutex<Placed>,
     /// Fragments written (their batch is in the file), readable.
     pub written: Mutex<Vec<FragmentRef>>,
@@ -107,9 +100,9 @@ fn new_id(fp: u64) -> u64 {
 
 impl DiskSpool {
     /// A spool for a body arriving now (see [`crate::DiskStore::spool`]).
-    pub(crate) fn arriving(shared: Arc<Shared>, head: HeadParts) -> DiskSpool {
-        let fingerprint = trove_store::hash::fingerprint(&head.key, &head.variant);
-        let key_hash = trove_store::hash::key_hash(&head.key);
+    pub(crate) fn arriving(shared: Arc<Shared>, key: &str, variant: &str) -> DiskSpool {
+        let fingerprint = trove_store::hash::fingerprint(key, variant);
+        let key_hash = trove_store::hash::key_hash(key);
         let piece = crate::writer::fragment_body(shared.dir.region_size());
         DiskSpool(Arc::new(Inner {
             shared,
@@ -117,7 +110,7 @@ impl DiskSpool {
             key_hash,
             id: new_id(fingerprint),
             piece,
-            head: Some(head),
+            finished: AtomicU64::new(u64::MAX),
             placed: Mutex::new(Placed {
                 fragments: Vec::new(),
                 hasher: Xxh3::new(),
@@ -144,7 +137,7 @@ impl DiskSpool {
             key_hash,
             id: list.spool,
             piece,
-            head: None,
+            finished: AtomicU64::new(u64::MAX),
             placed: Mutex::new(Placed {
                 fragments: Vec::new(),
                 hasher: Xxh3::new(),
@@ -214,17 +207,7 @@ impl Spool for DiskSpool {
     }
 
     fn finish(&self, len: u64) {
-        if !self.0.going() {
-            return;
-        }
-        let shared = &self.0.shared;
-        shared.stats.writes_queued.fetch_add(1, Ordering::Relaxed);
-        self.push(Job::SpoolHead {
-            spool: self.clone(),
-            len,
-            epoch: shared.epoch.load(Ordering::Acquire),
-            queued_at: Instant::now(),
-        });
+        self.0.finished.store(len, Ordering::Release);
     }
 
     fn abandon(&self) {

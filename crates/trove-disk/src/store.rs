@@ -227,13 +227,45 @@ impl DiskStore {
         }
         Some(crate::spool::DiskSpool::arriving(
             Arc::clone(&self.shared),
-            crate::spool::HeadParts {
-                key: obj.key.clone(),
-                variant: obj.variant.clone(),
-                labels: crate::labels::encode(&obj.head.labels),
-                meta: crate::meta::encode(&obj.head),
-            },
+            &obj.key,
+            &obj.variant,
         ))
+    }
+
+    /// Queues the head of `obj`, whose body `spool` has taken whole
+    /// ([`trove_store::Spool::finish`]), to be written after its fragments: judged by the
+    /// rules under the stamp first, as [`DiskStore::write`] judges an object, so a rule the
+    /// disk pass retires meanwhile still reaches it. False (and the spool abandoned) if the
+    /// body is not whole, a rule killed it, the spool failed or the tier did.
+    pub fn finish_spool(&self, obj: &Object, spool: &crate::DiskSpool) -> bool {
+        use trove_store::Spool;
+        let len = spool.0.finished.load(Ordering::Acquire);
+        if self.has_failed() || !spool.0.going() || len == u64::MAX {
+            spool.abandon();
+            return false;
+        }
+        let _stamp = self.shared.stamp.read();
+        if let Some(inv) = self.shared.inv.get() {
+            if inv.verdict(obj) == trove_store::Verdict::Dead {
+                spool.abandon();
+                return false;
+            }
+        }
+        self.shared
+            .stats
+            .writes_queued
+            .fetch_add(1, Ordering::Relaxed);
+        self.push(Job::SpoolHead {
+            spool: spool.clone(),
+            len,
+            key: obj.key.clone(),
+            variant: obj.variant.clone(),
+            labels: crate::labels::encode(&obj.head.labels),
+            meta: crate::meta::encode(&obj.head),
+            epoch: self.shared.epoch.load(Ordering::Acquire),
+            queued_at: Instant::now(),
+        });
+        true
     }
 
     /// The fragments of a head found on disk (`s`, from [`DiskStore::load`]), to read its

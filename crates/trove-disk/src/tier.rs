@@ -251,8 +251,9 @@ impl Default for SpoolConfig {
     }
 }
 
-/// Objects whose body is being spooled, by key: findable while they arrive.
-type Spooling = Mutex<HashMap<String, Vec<Arc<Object>>>>;
+/// Objects whose body is being spooled, by key, with their spools: findable while they
+/// arrive.
+type Spooling = Mutex<HashMap<String, Vec<(Arc<Object>, crate::DiskSpool)>>>;
 
 /// A large body to fill from disk (see [`Tiered::fill`]).
 pub struct Fill {
@@ -344,49 +345,57 @@ impl Tiered {
             return false;
         };
         let c = &self.spool;
-        if !obj
-            .body
-            .set_spooled(c.window, Arc::new(spool), c.fallback, c.meter.clone())
-        {
+        if !obj.body.set_spooled(
+            c.window,
+            Arc::new(spool.clone()),
+            c.fallback,
+            c.meter.clone(),
+        ) {
             return false;
         }
         let mut map = self.spooling.lock();
         let v = map.entry(obj.key.clone()).or_default();
-        for old in v.iter().filter(|o| o.variant == obj.variant) {
+        for (old, _) in v.iter().filter(|(o, _)| o.variant == obj.variant) {
             old.body.abandon_spool();
         }
-        v.retain(|o| o.variant != obj.variant);
-        v.push(Arc::clone(obj));
+        v.retain(|(o, _)| o.variant != obj.variant);
+        v.push((Arc::clone(obj), spool));
         true
     }
 
-    /// `obj` if it is being spooled: it leaves the map (and, unless it completed, its
-    /// spool is abandoned: nothing of it becomes findable).
+    /// `obj` leaves the spools, if it is one: complete, its head is queued (under the
+    /// spools' lock, so a purge of its key is either before, and finds it here, or after,
+    /// and its tombstone follows the head); else its spool is abandoned and nothing of it
+    /// becomes findable.
     fn end_spool(&self, obj: &Object, completed: bool) -> Option<Arc<Object>> {
         let mut map = self.spooling.lock();
         let v = map.get_mut(&obj.key)?;
-        let i = v.iter().position(|o| o.id() == obj.id())?;
-        let o = v.swap_remove(i);
+        let i = v.iter().position(|(o, _)| o.id() == obj.id())?;
+        let (o, spool) = v.swap_remove(i);
         if v.is_empty() {
             map.remove(&obj.key);
         }
-        drop(map);
-        if !completed {
+        if !(completed && self.disk.finish_spool(&o, &spool)) {
             o.body.abandon_spool();
         }
         Some(o)
     }
 
-    /// Every object of `key` being spooled leaves, its spool abandoned.
-    fn forget_spools(&self, key: &str) {
+    /// Every object of `key` being spooled leaves, its spool abandoned; how many.
+    fn forget_spools(&self, key: &str) -> usize {
         let gone = self.spooling.lock().remove(key).unwrap_or_default();
-        for o in gone {
+        for (o, _) in &gone {
             o.body.abandon_spool();
         }
+        gone.len()
     }
 
     fn spooled(&self, key: &str) -> Vec<Arc<Object>> {
-        self.spooling.lock().get(key).cloned().unwrap_or_default()
+        self.spooling
+            .lock()
+            .get(key)
+            .map(|v| v.iter().map(|(o, _)| Arc::clone(o)).collect())
+            .unwrap_or_default()
     }
 
     /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]).
@@ -493,7 +502,7 @@ impl Tiered {
                 .spooling
                 .lock()
                 .get(&obj.key)
-                .is_some_and(|v| v.iter().any(|o| o.id() == obj.id()))
+                .is_some_and(|v| v.iter().any(|(o, _)| o.id() == obj.id()))
     }
 
     fn forget(&self, key: &str) {
@@ -520,6 +529,17 @@ impl Storage for Tiered {
         use std::sync::atomic::Ordering;
         self.scanned_all.store(false, Ordering::Release);
         self.memory.scan(visit);
+        // Objects arriving on disk are judged too: a rule retired before their head is
+        // written must still have reached them (their head is judged again when queued).
+        let spools: Vec<Arc<Object>> = self
+            .spooling
+            .lock()
+            .values()
+            .flat_map(|v| v.iter().map(|(o, _)| Arc::clone(o)))
+            .collect();
+        for o in &spools {
+            visit(o);
+        }
         if self.disk.has_failed() {
             // Nothing on disk is served or written again in this process; objects left
             // there are older than the journal's `disk_checked`, so the retired rules'
@@ -614,12 +634,12 @@ impl Storage for Tiered {
 
     fn remove(&self, key: &str, why: Removal) -> usize {
         self.forget(key);
-        self.forget_spools(key);
+        let spools = self.forget_spools(key);
         self.recent.lock().forget(key);
         // An evicted object still arriving is no longer wanted on disk either.
         self.arriving.lock().forget_key(key);
         let on_disk = self.disk.may_hold(key);
-        let n = self.memory.remove(key, why);
+        let n = self.memory.remove(key, why) + spools;
         self.disk.remove(key, None);
         if n == 0 && on_disk {
             1

@@ -343,9 +343,24 @@ impl Writer<'_> {
             Job::SpoolHead {
                 spool,
                 len,
+                key,
+                variant,
+                labels,
+                meta,
                 epoch,
                 queued_at,
-            } => self.append_spool_head(&spool, len, epoch, queued_at),
+            } => self.append_spool_head(
+                &spool,
+                Large {
+                    key: &key,
+                    variant: &variant,
+                    labels: &labels,
+                    meta: &meta,
+                    body: &[],
+                },
+                len,
+                (epoch, queued_at),
+            ),
             Job::Flush(_) => Ok(()),
         }
     }
@@ -417,14 +432,11 @@ impl Writer<'_> {
     fn append_spool_head(
         &mut self,
         spool: &crate::spool::DiskSpool,
+        head: Large<'_>,
         len: u64,
-        epoch: u64,
-        queued_at: Instant,
+        (epoch, queued_at): (u64, Instant),
     ) -> std::io::Result<()> {
         let inner = &spool.0;
-        let Some(head) = inner.head.as_ref() else {
-            return Ok(());
-        };
         let (fragments, sum) = {
             let p = inner.placed.lock();
             (p.fragments.clone(), p.hasher.digest())
@@ -447,13 +459,13 @@ impl Writer<'_> {
         let body = [Bytes::from(list)];
         let rec = NewRecord {
             kind: Kind::Head,
-            flags: crate::shared::flags_for(&head.variant),
-            key: &head.key,
-            variant: &head.variant,
+            flags: crate::shared::flags_for(head.variant),
+            key: head.key,
+            variant: head.variant,
             fingerprint: inner.fingerprint,
             key_hash: inner.key_hash,
-            labels: &head.labels,
-            meta: &head.meta,
+            labels: head.labels,
+            meta: head.meta,
             body: &body,
         };
         self.append(&rec, epoch, Some(queued_at))

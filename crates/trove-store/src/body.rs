@@ -121,7 +121,8 @@ pub trait Spool: Send + Sync + std::fmt::Debug {
     /// `progress` ([`SpoolProgress::written`]), or [`SpoolProgress::failed`]. False if it
     /// can't take it at all (the body then falls back to unstored).
     fn write(&self, offset: u64, piece: Vec<Bytes>, progress: SpoolProgress) -> bool;
-    /// The whole body (`len` bytes) has been handed over: make it findable once written.
+    /// The whole body (`len` bytes) has been handed over (the tier that made the spool then
+    /// makes it findable once written, when the store is told the body is complete).
     fn finish(&self, len: u64);
     /// The body failed, or is no longer wanted: nothing of it may become findable.
     fn abandon(&self);

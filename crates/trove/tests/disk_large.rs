@@ -448,3 +448,123 @@ fn a_chunked_body_that_outgrows_memory_moves_to_disk_as_it_arrives() {
     );
     assert_eq!(fetched.load(Ordering::SeqCst), 1, "no origin fetch since");
 }
+
+/// An origin that sends `body` for any request with a declared length, 64 KiB at a time with
+/// a pause every 16 writes (about 1 MiB), so a transfer is still under way while the test
+/// acts. Counts requests.
+fn slow_origin(
+    body: std::sync::Arc<Vec<u8>>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let (c, body) = (Arc::clone(&c), Arc::clone(&body));
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                    }
+                }
+                c.fetch_add(1, Ordering::SeqCst);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncache-control: max-age=3600\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                if s.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for (i, piece) in body.chunks(64 << 10).enumerate() {
+                    if s.write_all(piece).is_err() {
+                        return;
+                    }
+                    if i % 16 == 15 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// Issue 8: a purge while a large object is still being written to disk keeps its head from
+/// ever being written: after the body completes, and after a `kill -9` and a restart, the
+/// purged object is not in the cache (`only-if-cached` answers 504), while an object spooled
+/// after it, whose head the writer reaches later, is (a hit).
+#[test]
+fn a_purge_while_a_large_object_arrives_is_never_undone() {
+    let dir = TempDir::new("disk-large-purge-arriving");
+    let disk = dir.join("cache");
+    let body = std::sync::Arc::new(chunked_body());
+    let (origin, fetched) = slow_origin(std::sync::Arc::clone(&body));
+    let config = format!(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
+         size = \"256MiB\"\n",
+        disk.display()
+    );
+    let mut t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let reader = {
+        let (p, o) = (proxy.clone(), origin.clone());
+        std::thread::spawn(move || get(&p, &o, 9))
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_write_bytes_total"
+        ) >= 4e6),
+        "spooling: {}",
+        metrics(&admin)
+    );
+    let purged = common::request(
+        &proxy,
+        &format!(
+            "PURGE http://{origin}/m/9 HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(purged.starts_with("HTTP/1.1 200"), "purged: {purged}");
+    let (_, got) = reader.join().unwrap().expect("response");
+    assert!(got == *body, "its own client still gets the whole body");
+    // Another object after it: its head is written after anything the first could have had.
+    let (_, got) = get(&proxy, &origin, 10).expect("response");
+    assert!(got == *body);
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_writes_total"
+        ) >= 1.0),
+        "the second object's head: {}",
+        metrics(&admin)
+    );
+    let cached_only = |proxy: &str, i: usize| {
+        get_with(proxy, &origin, i, "Cache-Control: only-if-cached\r\n")
+            .map(|(h, _)| h)
+            .unwrap_or_default()
+    };
+    assert!(cached_only(&proxy, 9).starts_with("HTTP/1.1 504"), "purged");
+    t.kill9();
+    let t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let h = cached_only(&proxy, 10);
+    assert!(is_hit(&h), "the other object is on disk: {h}");
+    let h = cached_only(&proxy, 9);
+    assert!(
+        h.starts_with("HTTP/1.1 504"),
+        "the purged one never comes back: {h}"
+    );
+    assert_eq!(fetched.load(Ordering::SeqCst), 2);
+}
