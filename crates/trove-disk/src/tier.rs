@@ -276,6 +276,8 @@ pub struct Tiered {
     scanned_all: std::sync::atomic::AtomicBool,
     spool: SpoolConfig,
     spooling: Spooling,
+    /// Keys in `spooling`, so a lookup skips its lock when there are none (nearly always).
+    spool_keys: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Tiered {
@@ -329,6 +331,7 @@ impl Tiered {
             scanned_all: std::sync::atomic::AtomicBool::new(false),
             spool: SpoolConfig::default(),
             spooling: Mutex::default(),
+            spool_keys: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -360,6 +363,8 @@ impl Tiered {
         }
         v.retain(|(o, _)| o.variant != obj.variant);
         v.push((Arc::clone(obj), spool));
+        self.spool_keys
+            .store(map.len(), std::sync::atomic::Ordering::Release);
         true
     }
 
@@ -374,6 +379,8 @@ impl Tiered {
         let (o, spool) = v.swap_remove(i);
         if v.is_empty() {
             map.remove(&obj.key);
+            self.spool_keys
+                .store(map.len(), std::sync::atomic::Ordering::Release);
         }
         if !(completed && self.disk.finish_spool(&o, &spool)) {
             o.body.abandon_spool();
@@ -383,7 +390,13 @@ impl Tiered {
 
     /// Every object of `key` being spooled leaves, its spool abandoned; how many.
     fn forget_spools(&self, key: &str) -> usize {
-        let gone = self.spooling.lock().remove(key).unwrap_or_default();
+        let gone = {
+            let mut map = self.spooling.lock();
+            let gone = map.remove(key).unwrap_or_default();
+            self.spool_keys
+                .store(map.len(), std::sync::atomic::Ordering::Release);
+            gone
+        };
         for (o, _) in &gone {
             o.body.abandon_spool();
         }
@@ -572,7 +585,7 @@ impl Storage for Tiered {
             // A large object read from disk whose fragments' regions were reused since.
             found.retain(|o| o.body.spool_intact());
         }
-        if !self.spooling.lock().is_empty() {
+        if self.spool_keys.load(std::sync::atomic::Ordering::Acquire) > 0 {
             for o in self.spooled(key) {
                 if o.body.spool_intact() && !found.iter().any(|f| f.variant == o.variant) {
                     found.push(o);
