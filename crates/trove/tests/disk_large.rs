@@ -568,3 +568,208 @@ fn a_purge_while_a_large_object_arrives_is_never_undone() {
     );
     assert_eq!(fetched.load(Ordering::SeqCst), 2);
 }
+
+/// An 81,000,000-byte body, like a large `.deb`.
+fn deb_body() -> Vec<u8> {
+    let n = 81_000_000;
+    let mut out = Vec::with_capacity(n + 8);
+    let mut k = 0u64;
+    while out.len() < n {
+        out.extend_from_slice(
+            &(k ^ 0xDEB0_0000)
+                .wrapping_mul(0x2545_F491_4F6C_DD1D)
+                .to_le_bytes(),
+        );
+        k += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+/// GET `/m/<i>` reading the head at once, then nothing until `go()` says so, then the rest.
+fn get_late(
+    proxy: &str,
+    origin: &str,
+    i: usize,
+    go: impl Fn() -> bool,
+) -> Option<(String, Vec<u8>)> {
+    let mut s = TcpStream::connect(proxy).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    let req = format!(
+        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = vec![0u8; 4096];
+    let n = s.read(&mut out).ok()?;
+    out.truncate(n);
+    wait_for(Duration::from_secs(60), go);
+    s.read_to_end(&mut out).ok()?;
+    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&out[..end]).to_string();
+    Some((head, out[end + 4..].to_vec()))
+}
+
+/// Where two bodies first differ, for a failure message that does not print 81 MB.
+fn differ(a: &[u8], b: &[u8]) -> String {
+    let at = a.iter().zip(b).position(|(x, y)| x != y);
+    format!(
+        "{} vs {} bytes, first difference at {at:?}",
+        a.len(),
+        b.len()
+    )
+}
+
+fn deb_config(disk: &Path, disk_max: &str) -> String {
+    format!(
+        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
+         size = \"512MiB\"\nmax_object = \"{disk_max}\"\n",
+        disk.display()
+    )
+}
+
+/// Issue 8: an 81 MB `.deb` through the forward proxy, over the memory tier's 8 MiB limit, is
+/// stored on disk as it arrives and streamed to three clients at once from one origin fetch:
+/// two read at full speed, one reads nothing until they are done, so its bytes have left
+/// memory and come back from disk. All three get it byte for byte; then it is a hit (a
+/// `Range` too), and a hit again after a `kill -9` and a restart. (Before: passed through
+/// uncached, one origin fetch per client.)
+#[test]
+fn an_81_mb_deb_is_stored_on_disk_while_three_clients_read_it() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let dir = TempDir::new("disk-large-deb");
+    let disk = dir.join("cache");
+    let body = Arc::new(deb_body());
+    let (origin, fetched) = slow_origin(Arc::clone(&body));
+    let config = deb_config(&disk, "1GiB");
+    let mut t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let done = Arc::new(AtomicUsize::new(0));
+    let fast: Vec<_> = (0..2)
+        .map(|_| {
+            let (p, o, d) = (proxy.clone(), origin.clone(), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let r = get(&p, &o, 3);
+                d.fetch_add(1, Ordering::SeqCst);
+                r
+            })
+        })
+        .collect();
+    let late = {
+        let (p, o, d) = (proxy.clone(), origin.clone(), Arc::clone(&done));
+        std::thread::spawn(move || get_late(&p, &o, 3, || d.load(Ordering::SeqCst) == 2))
+    };
+    for c in fast {
+        let (head, got) = c.join().unwrap().expect("response");
+        assert!(
+            got == *body,
+            "a fast client: {}: {head}",
+            differ(&got, &body)
+        );
+    }
+    let (head, got) = late.join().unwrap().expect("response");
+    assert!(
+        got == *body,
+        "the late client: {}: {head}",
+        differ(&got, &body)
+    );
+    assert_eq!(
+        fetched.load(Ordering::SeqCst),
+        1,
+        "one origin fetch for all three"
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_writes_total"
+        ) >= 1.0),
+        "its head is written: {}",
+        metrics(&admin)
+    );
+    let (head, got) = get(&proxy, &origin, 3).expect("response");
+    assert!(got == *body && is_hit(&head), "a hit: {head}");
+    t.kill9();
+    let t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let (head, got) = get(&proxy, &origin, 3).expect("response");
+    assert!(
+        got == *body && is_hit(&head),
+        "a hit from disk after the restart: {}: {head}",
+        differ(&got, &body)
+    );
+    let (head, got) =
+        get_with(&proxy, &origin, 3, "Range: bytes=40000000-40000999\r\n").expect("response");
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert!(got == body[40_000_000..40_001_000], "the range's bytes");
+    assert_eq!(fetched.load(Ordering::SeqCst), 1, "no origin fetch since");
+}
+
+/// Issue 8: a `kill -9` while a large object is being written leaves fragments but no head:
+/// after the restart it is not in the cache, and the next request fetches it whole.
+#[test]
+fn kill_9_mid_transfer_leaves_a_miss_not_a_short_body() {
+    use std::sync::Arc;
+    let dir = TempDir::new("disk-large-deb-kill");
+    let disk = dir.join("cache");
+    let body = Arc::new(deb_body());
+    let (origin, fetched) = slow_origin(Arc::clone(&body));
+    let config = deb_config(&disk, "1GiB");
+    let mut t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let reader = {
+        let (p, o) = (proxy.clone(), origin.clone());
+        std::thread::spawn(move || get(&p, &o, 4))
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_write_bytes_total"
+        ) >= 20e6),
+        "spooling: {}",
+        metrics(&admin)
+    );
+    t.kill9();
+    let cut = reader.join().unwrap().map_or(0, |(_, b)| b.len());
+    assert!(cut < body.len(), "the client was cut off ({cut} bytes)");
+    let t = Trove::start(&dir, &config);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    assert!(wait_for(Duration::from_secs(10), || metric(
+        &admin,
+        "trove_disk_ready"
+    ) == 1.0));
+    let (head, _) =
+        get_with(&proxy, &origin, 4, "Cache-Control: only-if-cached\r\n").expect("response");
+    assert!(head.starts_with("HTTP/1.1 504"), "not in the cache: {head}");
+    let (head, got) = get(&proxy, &origin, 4).expect("response");
+    assert!(
+        got == *body,
+        "fetched whole: {}: {head}",
+        differ(&got, &body)
+    );
+    assert!(!is_hit(&head), "{head}");
+    assert_eq!(fetched.load(Ordering::SeqCst), 2);
+}
+
+/// Issue 8: a response larger than `[cache.disk] max_object` passes through uncached, byte
+/// for byte: every request goes to the origin.
+#[test]
+fn a_body_over_the_disk_max_object_passes_through() {
+    use std::sync::Arc;
+    let dir = TempDir::new("disk-large-over-max");
+    let disk = dir.join("cache");
+    let body = Arc::new(chunked_body());
+    let (origin, fetched) = slow_origin(Arc::clone(&body));
+    let t = Trove::start(&dir, &deb_config(&disk, "30MiB"));
+    let proxy = t.proxy();
+    for round in 1..=2 {
+        let (head, got) = get(&proxy, &origin, 5).expect("response");
+        assert!(got == *body, "round {round}: {}", differ(&got, &body));
+        assert!(!is_hit(&head), "{head}");
+        assert_eq!(fetched.load(Ordering::SeqCst), round);
+    }
+}
