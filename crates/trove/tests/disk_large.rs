@@ -14,11 +14,16 @@ use common::{is_hit, metric, metrics_text, origin_with, target_of, wait_for, Tem
 /// Object `i`'s body: about 1 MB (1,000,000 to 1,199,993 bytes, so some cross the 1 MiB a
 /// fill recharges the store at), its bytes following from `i`.
 fn mb_body(i: usize) -> Vec<u8> {
-    let n = 1_000_000 + (i * 7919) % 200_000;
+    pattern(1_000_000 + (i * 7919) % 200_000, (i as u64) << 32)
+}
+
+/// `n` bytes that differ at every offset and from one `seed` to another, so a byte from the
+/// wrong place or the wrong object is caught.
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(n + 8);
     let mut k = 0u64;
     while out.len() < n {
-        let x = ((i as u64) << 32 | k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let x = (seed | k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         out.extend_from_slice(&x.to_le_bytes());
         k += 1;
     }
@@ -28,14 +33,22 @@ fn mb_body(i: usize) -> Vec<u8> {
 
 /// GET `/m/<i>` through trove; `(head, body)`, or `None` if the exchange failed.
 fn get(proxy: &str, origin: &str, i: usize) -> Option<(String, Vec<u8>)> {
+    get_with(proxy, origin, i, "")
+}
+
+/// Sends GET `/m/<i>` with `extra` request fields on a new connection.
+fn send_get(proxy: &str, origin: &str, i: usize, extra: &str) -> Option<TcpStream> {
     let mut s = TcpStream::connect(proxy).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
     let req = format!(
-        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
+        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\n{extra}Connection: close\r\n\r\n"
     );
     s.write_all(req.as_bytes()).ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).ok()?;
+    Some(s)
+}
+
+/// A whole response as `(head, body)`.
+fn split_response(out: &[u8]) -> Option<(String, Vec<u8>)> {
     let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = String::from_utf8_lossy(&out[..end]).to_string();
     Some((head, out[end + 4..].to_vec()))
@@ -50,13 +63,33 @@ fn metrics(admin: &str) -> String {
         .join("\n")
 }
 
-fn config(disk: &Path) -> String {
+/// A forward proxy with a memory tier of `memory` (objects up to `max_object`) over a disk
+/// tier at `disk`; `disk_keys` are more `[cache.disk]` lines (its `size` at least).
+fn forward_config(disk: &Path, memory: &str, max_object: &str, disk_keys: &str) -> String {
     format!(
         "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"16MiB\"\nmax_object = \"4MiB\"\n[cache.disk]\npath = \"{}\"\n\
-         size = \"512MiB\"\n",
+         [cache]\nmemory = \"{memory}\"\nmax_object = \"{max_object}\"\n[cache.disk]\npath = \"{}\"\n\
+         {disk_keys}\n",
         disk.display()
     )
+}
+
+fn config(disk: &Path) -> String {
+    forward_config(disk, "16MiB", "4MiB", "size = \"512MiB\"")
+}
+
+/// Starts trove on `config` and waits until its disk index is back.
+fn start_ready(dir: &Path, config: &str) -> Trove {
+    let t = Trove::start(dir, config);
+    let admin = t.admin();
+    assert!(
+        wait_for(Duration::from_secs(10), || metric(
+            &admin,
+            "trove_disk_ready"
+        ) == 1.0),
+        "the disk tier is ready"
+    );
+    t
 }
 
 /// Issue 8 (BENCHMARKS.md, "Disk hits by sendfile"): with a 16 MiB memory tier (16 shards,
@@ -117,16 +150,7 @@ fn objects_evicted_from_memory_while_arriving_still_reach_the_disk() {
 
 /// Object `i` of the large tests: 5 MiB and some, over the 1 MiB regions they are stored in.
 fn large_body(i: usize) -> Vec<u8> {
-    let n = (5 << 20) + 12_345 + i * 1_001;
-    let mut out = Vec::with_capacity(n + 8);
-    let mut k = 0u64;
-    while out.len() < n {
-        let x = ((i as u64 + 1000) << 40 | k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        out.extend_from_slice(&x.to_le_bytes());
-        k += 1;
-    }
-    out.truncate(n);
-    out
+    pattern((5 << 20) + 12_345 + i * 1_001, (i as u64 + 1000) << 40)
 }
 
 fn large_origin() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
@@ -141,27 +165,20 @@ fn large_origin() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 }
 
 fn large_config(disk: &Path) -> String {
-    format!(
-        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
-         size = \"64MiB\"\nregion_size = \"1MiB\"\n",
-        disk.display()
+    forward_config(
+        disk,
+        "32MiB",
+        "8MiB",
+        "size = \"64MiB\"\nregion_size = \"1MiB\"",
     )
 }
 
-/// GET `/m/<i>` with extra request fields.
+/// GET `/m/<i>` with extra request fields; what arrived before the connection ended.
 fn get_with(proxy: &str, origin: &str, i: usize, extra: &str) -> Option<(String, Vec<u8>)> {
-    let mut s = TcpStream::connect(proxy).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    let req = format!(
-        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\n{extra}Connection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).ok()?;
+    let mut s = send_get(proxy, origin, i, extra)?;
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&out[..end]).to_string();
-    Some((head, out[end + 4..].to_vec()))
+    split_response(&out)
 }
 
 /// Stores `n` large objects through a first trove, waits until they are written, and kills
@@ -199,12 +216,8 @@ fn objects_larger_than_a_region_survive_a_restart_byte_for_byte() {
     let (origin, fetched) = large_origin();
     let n = 4;
     store_large_then_kill(&dir, &disk, &origin, n);
-    let t = Trove::start(&dir, &large_config(&disk));
+    let t = start_ready(&dir, &large_config(&disk));
     let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
     let before = fetched.load(Ordering::SeqCst);
     for i in 0..n {
         let (head, b) = get(&proxy, &origin, i).expect("response");
@@ -248,12 +261,8 @@ fn a_corrupt_fragment_is_never_served_as_a_complete_body() {
     std::fs::write(&data, &bytes).unwrap();
     drop(bytes);
 
-    let t = Trove::start(&dir, &large_config(&disk));
+    let t = start_ready(&dir, &large_config(&disk));
     let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
     let before = fetched.load(Ordering::SeqCst);
     let (head, b) = get(&proxy, &origin, 0).expect("response");
     assert!(
@@ -316,12 +325,8 @@ fn fragments_without_their_head_are_never_served() {
         .set_len(head_at as u64)
         .unwrap();
 
-    let t = Trove::start(&dir, &large_config(&disk));
-    let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
+    let t = start_ready(&dir, &large_config(&disk));
+    let proxy = t.proxy();
     let before = fetched.load(Ordering::SeqCst);
     let (head, b) = get(&proxy, &origin, 0).expect("response");
     assert!(!is_hit(&head), "a miss: {head}");
@@ -367,19 +372,7 @@ fn body_of(head: &str, raw: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn chunked_body() -> Vec<u8> {
-    let n = 40_000_000;
-    let mut out = Vec::with_capacity(n + 8);
-    let mut k = 0u64;
-    while out.len() < n {
-        out.extend_from_slice(
-            &(k ^ 0xC0FF_EE00)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .to_le_bytes(),
-        );
-        k += 1;
-    }
-    out.truncate(n);
-    out
+    pattern(40_000_000, 0xC0FF_EE00 << 32)
 }
 
 /// Issue 8: a chunked body that outgrows the memory tier while it arrives (here 40 MB, over
@@ -395,12 +388,7 @@ fn a_chunked_body_that_outgrows_memory_moves_to_disk_as_it_arrives() {
     let body = std::sync::Arc::new(chunked_body());
     let b = std::sync::Arc::clone(&body);
     let (origin, fetched) = origin_with(move |_| chunked_response(&b));
-    let config = format!(
-        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
-         size = \"256MiB\"\n",
-        disk.display()
-    );
+    let config = forward_config(&disk, "32MiB", "8MiB", "size = \"256MiB\"");
     let mut t = Trove::start(&dir, &config);
     let (proxy, admin) = (t.proxy(), t.admin());
     let clients: Vec<_> = (0..2)
@@ -435,12 +423,8 @@ fn a_chunked_body_that_outgrows_memory_moves_to_disk_as_it_arrives() {
         "a hit: {head}"
     );
     t.kill9();
-    let t = Trove::start(&dir, &config);
-    let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
+    let t = start_ready(&dir, &config);
+    let proxy = t.proxy();
     let (head, raw) = get(&proxy, &origin, 7).expect("response");
     assert!(
         body_of(&head, &raw).is_some_and(|b| b == *body) && is_hit(&head),
@@ -506,12 +490,7 @@ fn a_purge_while_a_large_object_arrives_is_never_undone() {
     let disk = dir.join("cache");
     let body = std::sync::Arc::new(chunked_body());
     let (origin, fetched) = slow_origin(std::sync::Arc::clone(&body));
-    let config = format!(
-        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
-         size = \"256MiB\"\n",
-        disk.display()
-    );
+    let config = forward_config(&disk, "32MiB", "8MiB", "size = \"256MiB\"");
     let mut t = Trove::start(&dir, &config);
     let (proxy, admin) = (t.proxy(), t.admin());
     let reader = {
@@ -553,12 +532,8 @@ fn a_purge_while_a_large_object_arrives_is_never_undone() {
     };
     assert!(cached_only(&proxy, 9).starts_with("HTTP/1.1 504"), "purged");
     t.kill9();
-    let t = Trove::start(&dir, &config);
-    let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
+    let t = start_ready(&dir, &config);
+    let proxy = t.proxy();
     let h = cached_only(&proxy, 10);
     assert!(is_hit(&h), "the other object is on disk: {h}");
     let h = cached_only(&proxy, 9);
@@ -571,19 +546,7 @@ fn a_purge_while_a_large_object_arrives_is_never_undone() {
 
 /// An 81,000,000-byte body, like a large `.deb`.
 fn deb_body() -> Vec<u8> {
-    let n = 81_000_000;
-    let mut out = Vec::with_capacity(n + 8);
-    let mut k = 0u64;
-    while out.len() < n {
-        out.extend_from_slice(
-            &(k ^ 0xDEB0_0000)
-                .wrapping_mul(0x2545_F491_4F6C_DD1D)
-                .to_le_bytes(),
-        );
-        k += 1;
-    }
-    out.truncate(n);
-    out
+    pattern(81_000_000, 0xDEB0_0000 << 32)
 }
 
 /// GET `/m/<i>` reading the head at once, then nothing until `go()` says so, then the rest.
@@ -593,20 +556,13 @@ fn get_late(
     i: usize,
     go: impl Fn() -> bool,
 ) -> Option<(String, Vec<u8>)> {
-    let mut s = TcpStream::connect(proxy).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    let req = format!(
-        "GET http://{origin}/m/{i} HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).ok()?;
+    let mut s = send_get(proxy, origin, i, "")?;
     let mut out = vec![0u8; 4096];
     let n = s.read(&mut out).ok()?;
     out.truncate(n);
     wait_for(Duration::from_secs(60), go);
     s.read_to_end(&mut out).ok()?;
-    let end = out.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&out[..end]).to_string();
-    Some((head, out[end + 4..].to_vec()))
+    split_response(&out)
 }
 
 /// Where two bodies first differ, for a failure message that does not print 81 MB.
@@ -620,12 +576,8 @@ fn differ(a: &[u8], b: &[u8]) -> String {
 }
 
 fn deb_config(disk: &Path, disk_max: &str) -> String {
-    format!(
-        "[[listener]]\naddr = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"32MiB\"\nmax_object = \"8MiB\"\n[cache.disk]\npath = \"{}\"\n\
-         size = \"512MiB\"\nmax_object = \"{disk_max}\"\n",
-        disk.display()
-    )
+    let keys = format!("size = \"512MiB\"\nmax_object = \"{disk_max}\"");
+    forward_config(disk, "32MiB", "8MiB", &keys)
 }
 
 /// Issue 8: an 81 MB `.deb` through the forward proxy, over the memory tier's 8 MiB limit, is
@@ -690,12 +642,8 @@ fn an_81_mb_deb_is_stored_on_disk_while_three_clients_read_it() {
     let (head, got) = get(&proxy, &origin, 3).expect("response");
     assert!(got == *body && is_hit(&head), "a hit: {head}");
     t.kill9();
-    let t = Trove::start(&dir, &config);
-    let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
+    let t = start_ready(&dir, &config);
+    let proxy = t.proxy();
     let (head, got) = get(&proxy, &origin, 3).expect("response");
     assert!(
         got == *body && is_hit(&head),
@@ -736,12 +684,8 @@ fn kill_9_mid_transfer_leaves_a_miss_not_a_short_body() {
     t.kill9();
     let cut = reader.join().unwrap().map_or(0, |(_, b)| b.len());
     assert!(cut < body.len(), "the client was cut off ({cut} bytes)");
-    let t = Trove::start(&dir, &config);
-    let (proxy, admin) = (t.proxy(), t.admin());
-    assert!(wait_for(Duration::from_secs(10), || metric(
-        &admin,
-        "trove_disk_ready"
-    ) == 1.0));
+    let t = start_ready(&dir, &config);
+    let proxy = t.proxy();
     let (head, _) =
         get_with(&proxy, &origin, 4, "Cache-Control: only-if-cached\r\n").expect("response");
     assert!(head.starts_with("HTTP/1.1 504"), "not in the cache: {head}");
