@@ -454,16 +454,34 @@ impl Writer<'_> {
             body_sum: sum,
             spool: inner.id,
             fragments,
-        }
-        .encode();
-        let body = [Bytes::from(list)];
+        };
+        self.append_head(
+            &head,
+            &list,
+            (inner.fingerprint, inner.key_hash),
+            epoch,
+            queued_at,
+        )
+    }
+
+    /// The head record of a large object: its fragment list as its body (written after
+    /// every fragment it names, so the object is findable only once whole).
+    fn append_head(
+        &mut self,
+        head: &Large<'_>,
+        list: &FragmentList,
+        (fingerprint, key_hash): (u64, u64),
+        epoch: u64,
+        queued_at: Instant,
+    ) -> std::io::Result<()> {
+        let body = [Bytes::from(list.encode())];
         let rec = NewRecord {
             kind: Kind::Head,
             flags: crate::shared::flags_for(head.variant),
             key: head.key,
             variant: head.variant,
-            fingerprint: inner.fingerprint,
-            key_hash: inner.key_hash,
+            fingerprint,
+            key_hash,
             labels: head.labels,
             meta: head.meta,
             body: &body,
@@ -589,21 +607,8 @@ impl Writer<'_> {
             body_sum: whole.digest(),
             spool,
             fragments,
-        }
-        .encode();
-        let body = [Bytes::from(list)];
-        let rec = NewRecord {
-            kind: Kind::Head,
-            flags: crate::shared::flags_for(obj.variant),
-            key: obj.key,
-            variant: obj.variant,
-            fingerprint: fp,
-            key_hash: kh,
-            labels: obj.labels,
-            meta: obj.meta,
-            body: &body,
         };
-        self.append(&rec, epoch, Some(queued_at))
+        self.append_head(&obj, &list, (fp, kh), epoch, queued_at)
     }
 
     /// Appends one record to the open region (rolling to the next when it does not fit);
