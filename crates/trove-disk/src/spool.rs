@@ -15,10 +15,14 @@
 //! A head found on disk after a restart is read through the same type ([`DiskSpool::at_rest`]),
 //! so a hit on a large object streams from its fragments and never enters memory whole.
 //!
-//! Every read verifies the fragment it reads: its region still holds the use it was written
-//! in, its record's checksum, and that it is this body's (fingerprint, spool id, number,
-//! offset). Fragment `i` holds bytes `i × piece` onward, `piece` being fixed by the region
-//! size ([`crate::writer::fragment_body`]).
+//! The first read of a fragment in this process verifies it whole: its region still holds the
+//! use it was written in, its record's checksum, and that it is this body's (fingerprint,
+//! spool id, number, offset, length); later reads of it read only the bytes asked for,
+//! checking the region's use after the read, as `zero_copy` does for records it sends (a byte
+//! that rots on disk after the first read is not caught until the next start). A read
+//! returns at most 256 KiB, copied, so a slow client holds no more than that. Fragment `i`
+//! holds bytes `i × piece` onward, `piece` being fixed by the region size
+//! ([`crate::writer::fragment_body`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,7 +32,9 @@ use parking_lot::Mutex;
 use trove_store::{Spool, SpoolProgress};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::format::{FragmentList, FragmentMeta, FragmentRef, Kind, Record};
+use crate::format::{
+    FragmentList, FragmentMeta, FragmentRef, Kind, Record, FRAGMENT_META_LEN, RECORD_HEADER_LEN,
+};
 use crate::index::Loc;
 use crate::shared::{Job, Shared};
 
@@ -49,8 +55,9 @@ pub(crate) struct Inner {
     /// The whole body's length once handed over ([`Spool::finish`]); `u64::MAX` before.
     pub finished: AtomicU64,
     pub placed: Mutex<Placed>,
-    /// Fragments written (their batch is in the file), readable.
-    pub written: Mutex<Vec<FragmentRef>>,
+    /// Fragments written (their batch is in the file), readable, each with where its bytes
+    /// end in the body.
+    pub written: Mutex<Vec<(FragmentRef, u64)>>,
     /// 0 going on, 1 abandoned, 2 failed.
     pub state: std::sync::atomic::AtomicU8,
     /// The head's index location, for a body at rest: a corrupt fragment drops it.
@@ -58,6 +65,12 @@ pub(crate) struct Inner {
     /// A fragment was found corrupt: the body is of no use any more.
     pub broken: std::sync::atomic::AtomicBool,
 }
+
+/// The most bytes one read returns, so a reader (a slow client) holds at most this much.
+const READ: u64 = crate::reader::CHUNK;
+
+/// Where a fragment record's body starts: its key, variant and labels are empty.
+const BODY_AT: u64 = (RECORD_HEADER_LEN + FRAGMENT_META_LEN) as u64;
 
 const GOING: u8 = 0;
 const ABANDONED: u8 = 1;
@@ -131,6 +144,23 @@ impl DiskSpool {
         list: FragmentList,
     ) -> DiskSpool {
         let piece = crate::writer::fragment_body(shared.dir.region_size());
+        let n = list.fragments.len() as u64;
+        let written = list
+            .fragments
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let i = i as u64;
+                (
+                    *f,
+                    if i + 1 == n {
+                        list.body_len
+                    } else {
+                        (i + 1) * piece
+                    },
+                )
+            })
+            .collect();
         DiskSpool(Arc::new(Inner {
             shared,
             fingerprint,
@@ -142,7 +172,7 @@ impl DiskSpool {
                 fragments: Vec::new(),
                 hasher: Xxh3::new(),
             }),
-            written: Mutex::new(list.fragments),
+            written: Mutex::new(written),
             state: std::sync::atomic::AtomicU8::new(ABANDONED),
             at: Some(at),
             broken: std::sync::atomic::AtomicBool::new(false),
@@ -155,36 +185,61 @@ impl DiskSpool {
         s.wake.notify_one();
     }
 
+    /// At most [`READ`] bytes from `pos`: the first read of a fragment in this process
+    /// reads and verifies its whole record, later ones only the bytes asked for (see the
+    /// module docs).
     fn read(&self, pos: u64) -> std::io::Result<Bytes> {
         let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
         let inner = &self.0;
         let shared = &inner.shared;
         let number = pos / inner.piece;
-        let Some(f) = inner.written.lock().get(number as usize).copied() else {
+        let Some((f, end)) = inner.written.lock().get(number as usize).copied() else {
             return Err(std::io::Error::other("fragment not written"));
         };
-        let current = shared
-            .seqs
-            .get(f.region as usize)
-            .map(|x| x.load(Ordering::Acquire));
-        if current != Some(f.seq) {
+        let start = number * inner.piece;
+        if pos >= end {
+            return Err(bad("past the fragment's end"));
+        }
+        let want = (end - pos).min(READ);
+        let in_use = || {
+            shared
+                .seqs
+                .get(f.region as usize)
+                .is_some_and(|x| x.load(Ordering::Acquire) == f.seq)
+        };
+        if !in_use() {
             return Err(std::io::Error::other("a fragment's region was reused"));
+        }
+        let loc = Loc::new(f.region, f.offset, f.len as u64);
+        if crate::zero_copy::is_verified(shared, loc, f.seq) {
+            let at = f.offset + BODY_AT + (pos - start);
+            let b = shared.dir.read_vec(f.region, at, want as usize)?;
+            // The region retires its use before a byte of it is rewritten: still in use
+            // after the read, the bytes read are the verified ones.
+            if (b.len() as u64) < want || !in_use() {
+                return Err(std::io::Error::other("a fragment's region was reused"));
+            }
+            return Ok(Bytes::from(b));
         }
         let b = Bytes::from(shared.dir.read_vec(f.region, f.offset, f.len as usize)?);
         let r = Record::decode(&b, f.seq).map_err(|e| bad(&format!("fragment: {e}")))?;
         let m = FragmentMeta::decode(&r.meta).map_err(|e| bad(&format!("fragment: {e}")))?;
-        let start = number * inner.piece;
         if r.header.kind != Kind::Fragment
             || r.header.fingerprint != inner.fingerprint
             || m.spool != inner.id
             || m.number as u64 != number
             || m.offset != start
-            || r.body.is_empty()
-            || start + r.body.len() as u64 <= pos
+            || r.body.len() as u64 != end - start
         {
             return Err(bad("not this body's fragment"));
         }
-        Ok(r.body.slice((pos - start) as usize..))
+        if !in_use() {
+            return Err(std::io::Error::other("a fragment's region was reused"));
+        }
+        crate::zero_copy::set_verified(shared, loc, f.seq);
+        // A copy: a slice would keep the whole record alive while a slow client drains it.
+        let from = (pos - start) as usize;
+        Ok(Bytes::copy_from_slice(&r.body[from..from + want as usize]))
     }
 }
 
@@ -223,7 +278,7 @@ impl Spool for DiskSpool {
             return false;
         }
         let s = &self.0.shared;
-        self.0.written.lock().iter().all(|f| {
+        self.0.written.lock().iter().all(|(f, _)| {
             s.seqs
                 .get(f.region as usize)
                 .is_some_and(|x| x.load(Ordering::Acquire) == f.seq)

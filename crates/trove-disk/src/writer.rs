@@ -715,7 +715,7 @@ impl Writer<'_> {
                     end,
                     progress,
                 } => {
-                    spool.0.written.lock().push(at);
+                    spool.0.written.lock().push((at, end));
                     progress.written(end);
                 }
                 Publish::Put {

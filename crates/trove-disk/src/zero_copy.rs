@@ -82,12 +82,12 @@ impl Drop for Pin<'_> {
     }
 }
 
-fn is_verified(shared: &Shared, loc: Loc, seq: u64) -> bool {
+pub(crate) fn is_verified(shared: &Shared, loc: Loc, seq: u64) -> bool {
     let v = shared.verified[loc.region() as usize].lock();
     v.seq == seq && v.offsets.contains(&((loc.offset() / 8) as u32))
 }
 
-fn set_verified(shared: &Shared, loc: Loc, seq: u64) {
+pub(crate) fn set_verified(shared: &Shared, loc: Loc, seq: u64) {
     let mut v = shared.verified[loc.region() as usize].lock();
     if v.seq != seq {
         v.seq = seq;
