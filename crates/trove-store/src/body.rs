@@ -68,6 +68,9 @@ const COALESCE_LIMIT: u64 = 1 << 20;
 /// The cursor list is first pruned of dropped readers when it reaches this length.
 const PRUNE_MIN: usize = 16;
 
+/// Reads from spools in flight at once, over all bodies (see [`BodyReader::next`]).
+static SPOOL_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 /// A dropped reader's cursor, until the list is pruned.
 const GONE: u64 = u64::MAX;
 
@@ -827,6 +830,12 @@ impl BodyReader {
             if let Some(spool) = from_spool {
                 // Behind the window: what the spool wrote, read back verified.
                 let pos = self.pos;
+                // A few at a time, whatever the number of readers: each read in flight is a
+                // blocking-pool thread (with the allocator's memory of its own) and a record
+                // buffer.
+                let Ok(_permit) = SPOOL_READS.acquire().await else {
+                    return Some(Err(BodyError::Released));
+                };
                 let read = tokio::task::spawn_blocking(move || spool.read_at(pos)).await;
                 return match read {
                     Ok(Ok(bytes)) if !bytes.is_empty() => {
