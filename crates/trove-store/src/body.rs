@@ -142,21 +142,31 @@ pub trait Spool: Send + Sync + std::fmt::Debug {
 /// Pieces to hand a spool, each at its offset, with the body they are of.
 type Handover = (Arc<dyn Spool>, Vec<(u64, Vec<Bytes>)>, Weak<Body>);
 
-/// What a [`Spool`] tells its body as pieces are written.
-#[derive(Debug, Clone)]
-pub struct SpoolProgress(Weak<Body>);
+/// What a [`Spool`] tells its body about one piece: written, or failed. Dropped without
+/// either (a job lost with a failing writer, a piece the spool skipped), it tells the body
+/// the spool failed, so a body never waits for a piece nobody will write.
+#[derive(Debug)]
+pub struct SpoolProgress(Option<Weak<Body>>);
 
 impl SpoolProgress {
     /// Every byte before `upto` is written and can be read back.
-    pub fn written(&self, upto: u64) {
-        if let Some(b) = self.0.upgrade() {
+    pub fn written(mut self, upto: u64) {
+        if let Some(b) = self.0.take().and_then(|w| w.upgrade()) {
             b.spool_written(upto);
         }
     }
 
     /// The spool could not write: the body falls back to unstored.
-    pub fn failed(&self) {
-        if let Some(b) = self.0.upgrade() {
+    pub fn failed(mut self) {
+        if let Some(b) = self.0.take().and_then(|w| w.upgrade()) {
+            b.spool_failed();
+        }
+    }
+}
+
+impl Drop for SpoolProgress {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take().and_then(|w| w.upgrade()) {
             b.spool_failed();
         }
     }
@@ -381,7 +391,7 @@ impl Body {
             return;
         };
         for (offset, piece) in pieces {
-            if !spool.write(offset, piece, SpoolProgress(me.clone())) {
+            if !spool.write(offset, piece, SpoolProgress(Some(me.clone()))) {
                 self.spool_failed();
                 return;
             }
@@ -1162,6 +1172,8 @@ mod spool_tests {
         finished: Mutex<Option<u64>>,
         abandoned: std::sync::atomic::AtomicBool,
         refuse: std::sync::atomic::AtomicBool,
+        /// Takes pieces, then loses them (a writer that failed with jobs queued).
+        lose: std::sync::atomic::AtomicBool,
     }
 
     impl MemSpool {
@@ -1196,6 +1208,9 @@ mod spool_tests {
                 joined.extend_from_slice(p);
             }
             assert!(joined.len() as u64 <= self.piece);
+            if self.lose.load(Ordering::SeqCst) {
+                return true; // `progress` dropped: never written, never failed
+            }
             self.pieces.lock().push((offset, joined.freeze(), progress));
             true
         }
@@ -1349,6 +1364,47 @@ mod spool_tests {
         // The reader at 0 is behind the unstored buffer: detached, not fed wrong bytes.
         let first = r.next().await.unwrap();
         assert!(matches!(first, Err(BodyError::Released)) || first.unwrap()[0] == 1);
+    }
+
+    /// A spool that loses pieces it took (its writer failed with them queued) never tells
+    /// the body they were written: the body falls back to unstored when the piece's
+    /// progress is dropped, so its writer goes on instead of waiting forever.
+    #[tokio::test]
+    async fn a_piece_lost_by_the_spool_unstores_the_body_rather_than_hang_it() {
+        let spool = MemSpool::new(100);
+        spool.lose.store(true, Ordering::SeqCst);
+        let body = Body::new(Some(1_000));
+        let mut r = body.reader(0);
+        assert!(body.set_spooled(100, spool.clone(), limits(), None));
+        let w = Arc::clone(&body);
+        let writer = tokio::spawn(async move {
+            for i in 0..10u8 {
+                w.append(Bytes::from(vec![i; 100])).await?;
+            }
+            w.finish(Ok(()));
+            Ok::<(), BodyError>(())
+        });
+        let mut got = 0;
+        let read = async {
+            while let Some(b) = r.next().await {
+                match b {
+                    Ok(b) => got += b.len(),
+                    Err(_) => break,
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the reader is not left waiting");
+        tokio::time::timeout(std::time::Duration::from_secs(10), writer)
+            .await
+            .expect("the writer is not left waiting")
+            .unwrap()
+            .unwrap();
+        assert!(body.is_unstored());
+        assert!(spool.abandoned.load(Ordering::SeqCst));
+        assert_eq!(*spool.finished.lock(), None);
+        assert_eq!(got, 1_000, "the reader kept pace and got every byte");
     }
 
     /// A body wholly in its spool (a disk hit) is read from it alone, from any offset, and a
