@@ -86,7 +86,7 @@ pub struct CacheSettings {
     /// Largest object stored; bigger responses stream through uncached.
     #[serde(deserialize_with = "de_size")]
     pub max_object: u64,
-    /// `"s3-fifo"` (default) or `"lru"`.
+    /// `"s3-fifo"` (default), `"lru"`, `"sieve"` or `"w-tinylfu"`.
     #[serde(deserialize_with = "de_eviction")]
     pub eviction: trove_store::EvictionKind,
     /// How far (bytes) an origin may be read ahead of the fastest client when the response
@@ -829,7 +829,7 @@ fn de_eviction<'de, D: Deserializer<'de>>(d: D) -> Result<trove_store::EvictionK
     let s = String::deserialize(d)?;
     trove_store::EvictionKind::parse(&s).ok_or_else(|| {
         serde::de::Error::custom(format!(
-            "unknown eviction policy {s:?} (use \"s3-fifo\" or \"lru\")"
+            "unknown eviction policy {s:?} (use \"s3-fifo\", \"lru\", \"sieve\" or \"w-tinylfu\")"
         ))
     })
 }

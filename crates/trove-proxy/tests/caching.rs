@@ -886,3 +886,49 @@ async fn head_response_freshens_the_stored_get_9111_4_3_5() {
     assert_eq!(origin.hits(), 2, "the GET was a hit: the HEAD freshened it");
     assert_eq!(trove.result(2).await, "TCP_MEM_HIT/200");
 }
+
+/// Issue 18, over sockets: one eviction order for the whole memory tier. With `memory =
+/// 4MiB` and LRU, distinct 1.2 MB objects each fetched twice in a row hit on the second
+/// fetch every time, and a 1 KB object fetched between every two requests misses once.
+/// With an order per shard (16 shards sharing the budget, each insertion evicting from its
+/// own shard first) the second fetch hit 13 times in 60 and the small object missed 18
+/// times.
+#[tokio::test]
+async fn one_eviction_order_for_the_whole_memory_tier() {
+    let big = vec![b'b'; 1_200_000];
+    let origin = Origin::start(move |req, _| {
+        let body: &[u8] = if req.path.starts_with("/big/") {
+            &big
+        } else {
+            b"small object, one kilobyte or so"
+        };
+        respond(200, &[("cache-control", "max-age=3600")], body)
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |s| {
+        s.cache.memory = 4 << 20;
+        s.cache.eviction = trove_store::EvictionKind::Lru;
+    })
+    .await;
+    let mut client = trove.client().await;
+    let (mut big_hits, mut small_misses) = (0, 0);
+    for i in 0..60 {
+        let path = format!("/big/{i}");
+        for pass in 0..2 {
+            let small = client.get("/small", &[]).await;
+            assert_eq!(small.status, 200);
+            if !small.header("cache-status").unwrap_or("").contains("; hit") {
+                small_misses += 1;
+            }
+            let r = client.get(&path, &[]).await;
+            assert_eq!((r.status, r.body.len()), (200, 1_200_000), "{path}");
+            let hit = r.header("cache-status").unwrap_or("").contains("; hit");
+            if pass == 1 && hit {
+                big_hits += 1;
+            }
+        }
+    }
+    assert_eq!(big_hits, 60, "second fetches of a 1.2 MB object that hit");
+    assert_eq!(small_misses, 1, "misses of the small object used all along");
+    assert_eq!(origin.hits(), 61, "one origin fetch per object");
+}

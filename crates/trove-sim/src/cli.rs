@@ -102,7 +102,7 @@ pub struct ReplayArgs {
         value_delimiter = ','
     )]
     pub sizes: Vec<String>,
-    /// Eviction policies to sweep.
+    /// Eviction policies to sweep: lru, s3-fifo, sieve, w-tinylfu.
     #[arg(long, default_value = "lru,s3-fifo", value_delimiter = ',')]
     pub policies: Vec<String>,
     /// Largest object stored (`[cache] max_object`).
@@ -345,10 +345,9 @@ pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
     }
     let mut policies = Vec::new();
     for p in &a.policies {
-        policies.push(
-            EvictionKind::parse(p)
-                .ok_or_else(|| anyhow::anyhow!("unknown eviction policy {p:?} (lru, s3-fifo)"))?,
-        );
+        policies.push(EvictionKind::parse(p).ok_or_else(|| {
+            anyhow::anyhow!("unknown eviction policy {p:?} (lru, s3-fifo, sieve, w-tinylfu)")
+        })?);
     }
     let cookies = match a.cookies {
         Cookies::Ignore => CookiePolicy::default(),

@@ -1,18 +1,23 @@
 //! Eviction policies: which object leaves when a byte budget is reached.
 //!
-//! A policy only sees object ids and sizes, never keys or bodies, so the memory tier, the
-//! disk tier and the simulator drive the same code. Two are provided:
+//! A policy only sees object ids, fingerprints and sizes, never keys or bodies, so the
+//! memory tier and the simulator drive the same code. The memory tier keeps one policy for
+//! the whole tier (see `memory.rs`). Four are provided, each checked against libCacheSim's
+//! implementation of the same name by `bench/hitratio`:
 //!
 //! - [`Lru`]: least recently used, the classic baseline.
 //! - [`S3Fifo`]: Yang et al., "FIFO queues are all you need for cache eviction" (SOSP '23).
-//!   A small FIFO admits new objects; those touched again while there move to the main FIFO,
+//!   A small FIFO admits new objects; those used again while there move to the main FIFO,
 //!   the rest leave and are remembered in a ghost queue so a quick return goes straight to
 //!   main. It resists one-hit wonders (most of a proxy's misses) better than LRU and needs no
 //!   list surgery on a hit, only a counter bump.
+//! - [`Sieve`]: Zhang et al. (NSDI '24), a FIFO with a visited bit and a moving hand.
+//! - [`WTinyLfu`]: a small LRU window before a segmented LRU, admission by a frequency
+//!   sketch (Caffeine's policy). Best on object hit ratio where popularity is stable.
 
 use std::collections::VecDeque;
 
-use crate::hash::{fast_map, FastMap, FastSet};
+use crate::hash::{fast_map, FastMap};
 
 /// A byte-budgeted eviction policy over object ids.
 pub trait Eviction: Send {
@@ -23,6 +28,10 @@ pub trait Eviction: Send {
     fn touch(&mut self, id: u64);
     /// An object left the cache for another reason (replaced, invalidated).
     fn remove(&mut self, id: u64);
+    /// An object's charge changed (its body grew as it arrived, or its head was replaced).
+    fn recharge(&mut self, id: u64, size: u64) {
+        let _ = (id, size);
+    }
     /// Chooses the next object to evict and forgets it; `None` when empty.
     fn victim(&mut self) -> Option<u64>;
     /// A short name for reports.
@@ -39,14 +48,26 @@ pub enum EvictionKind {
     Lru,
     #[default]
     S3Fifo,
+    Sieve,
+    WTinyLfu,
 }
 
 impl EvictionKind {
-    /// Parses `lru` or `s3-fifo`.
+    /// Every policy, in the order reports list them.
+    pub const ALL: [EvictionKind; 4] = [
+        EvictionKind::Lru,
+        EvictionKind::S3Fifo,
+        EvictionKind::Sieve,
+        EvictionKind::WTinyLfu,
+    ];
+
+    /// Parses `lru`, `s3-fifo`, `sieve` or `w-tinylfu`.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "lru" => Some(EvictionKind::Lru),
             "s3-fifo" | "s3fifo" => Some(EvictionKind::S3Fifo),
+            "sieve" => Some(EvictionKind::Sieve),
+            "w-tinylfu" | "wtinylfu" | "tinylfu" => Some(EvictionKind::WTinyLfu),
             _ => None,
         }
     }
@@ -56,6 +77,8 @@ impl EvictionKind {
         match self {
             EvictionKind::Lru => "lru",
             EvictionKind::S3Fifo => "s3-fifo",
+            EvictionKind::Sieve => "sieve",
+            EvictionKind::WTinyLfu => "w-tinylfu",
         }
     }
 
@@ -64,6 +87,8 @@ impl EvictionKind {
         match self {
             EvictionKind::Lru => Box::new(Lru::default()),
             EvictionKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
+            EvictionKind::Sieve => Box::new(Sieve::default()),
+            EvictionKind::WTinyLfu => Box::new(WTinyLfu::new(capacity)),
         }
     }
 }
@@ -214,40 +239,119 @@ struct Meta {
     size: u64,
     /// Ghosts remember evicted objects by fingerprint: a re-fetched object gets a new id.
     fingerprint: u64,
+    /// Uses since it entered its queue (or, in main, since the clock last passed it).
     freq: u8,
     queue: Queue,
 }
 
-/// S3-FIFO (see the module docs). Removal from the middle of a queue is lazy: the id stays
-/// in the queue and is skipped when it reaches the tail.
+/// S3-FIFO as its authors implement it (libCacheSim's `S3FIFO.c`, which the hit-ratio
+/// benchmark in `bench/hitratio` holds trove to):
+///
+/// - a small FIFO of 10 % of the budget's bytes admits new objects, a main FIFO holds the
+///   rest, and a ghost FIFO remembers the fingerprints of objects evicted from small, bounded
+///   to 90 % of the budget's bytes by the sizes of the objects it remembers;
+/// - main is evicted from while it holds more than its 90 % or small is empty, small
+///   otherwise (so small may hold more than its share while main is not full);
+/// - an object leaving small that was used at least twice there moves to main with its count
+///   reset (several may move before one is evicted); otherwise it is evicted into the ghost;
+/// - main is a clock with a two-bit counter: an object used since the hand last passed goes
+///   round again with `min(count, 3) - 1`;
+/// - an object whose fingerprint is in the ghost enters main directly.
+///
+/// Removal from the middle of a queue is lazy: the id stays queued and is skipped at the
+/// tail.
 #[derive(Debug)]
 pub struct S3Fifo {
+    capacity: u64,
     small_target: u64,
     small_bytes: u64,
+    main_bytes: u64,
     small: VecDeque<u64>,
     main: VecDeque<u64>,
     meta: FastMap<u64, Meta>,
-    ghost: VecDeque<u64>,
-    ghost_set: FastSet<u64>,
-    ghost_limit: usize,
+    ghost: Ghost,
     /// Ids removed from `meta` but still sitting in a queue (lazy removal).
     dead: usize,
 }
 
+/// Uses in small that move an object to main rather than evicting it.
+const MOVE_TO_MAIN: u8 = 2;
+
+/// A FIFO of fingerprints bounded by the bytes of the objects they stand for.
+#[derive(Debug, Default)]
+struct Ghost {
+    limit: u64,
+    bytes: u64,
+    /// (fingerprint, sequence number), oldest first; an entry whose sequence number is not
+    /// the fingerprint's current one was taken out by a hit and is skipped.
+    fifo: VecDeque<(u64, u64)>,
+    /// Fingerprint → (sequence number, size).
+    index: FastMap<u64, (u64, u64)>,
+    seq: u64,
+}
+
+impl Ghost {
+    fn remember(&mut self, fp: u64, size: u64) {
+        if size > self.limit {
+            return;
+        }
+        self.seq += 1;
+        if let Some((_, old)) = self.index.insert(fp, (self.seq, size)) {
+            self.bytes -= old;
+        }
+        self.fifo.push_back((fp, self.seq));
+        self.bytes += size;
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        while self.bytes > self.limit {
+            let Some((fp, seq)) = self.fifo.pop_front() else {
+                break;
+            };
+            if let Some(&(s, size)) = self.index.get(&fp) {
+                if s == seq {
+                    self.index.remove(&fp);
+                    self.bytes -= size;
+                }
+            }
+        }
+        // Entries taken out by hits are dropped once they outnumber the live ones.
+        if self.fifo.len() > 2 * self.index.len() + 1024 {
+            let index = &self.index;
+            self.fifo
+                .retain(|(fp, seq)| index.get(fp).is_some_and(|(s, _)| s == seq));
+        }
+    }
+
+    /// True (and forgotten) if `fp` was remembered.
+    fn take(&mut self, fp: u64) -> bool {
+        match self.index.remove(&fp) {
+            Some((_, size)) => {
+                self.bytes -= size;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl S3Fifo {
-    /// A policy for `capacity` bytes: 10% small queue, as in the paper.
+    /// A policy for `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
-        S3Fifo {
-            small_target: (capacity / 10).max(1),
+        let mut p = S3Fifo {
+            capacity: 0,
+            small_target: 0,
             small_bytes: 0,
+            main_bytes: 0,
             small: VecDeque::new(),
             main: VecDeque::new(),
             meta: fast_map(),
-            ghost: VecDeque::new(),
-            ghost_set: FastSet::default(),
-            ghost_limit: 4096,
+            ghost: Ghost::default(),
             dead: 0,
-        }
+        };
+        p.resize(capacity);
+        p
     }
 
     /// Drops dead ids from the queues once they outnumber the live ones, so a store that
@@ -264,11 +368,68 @@ impl S3Fifo {
         self.dead = 0;
     }
 
-    /// An object whose fingerprint is still in the ghost queue goes straight to main.
-    fn insert_keyed(&mut self, id: u64, fingerprint: u64, size: u64) {
+    /// Evicts one object from small, first moving to main those used enough there.
+    fn evict_small(&mut self) -> Option<u64> {
+        while let Some(id) = self.small.pop_front() {
+            let Some(m) = self.meta.get_mut(&id) else {
+                self.dead = self.dead.saturating_sub(1);
+                continue;
+            };
+            if m.queue != Queue::Small {
+                continue;
+            }
+            self.small_bytes -= m.size;
+            if m.freq >= MOVE_TO_MAIN {
+                m.freq = 0;
+                m.queue = Queue::Main;
+                self.main_bytes += m.size;
+                self.main.push_back(id);
+                continue;
+            }
+            let (fp, size) = (m.fingerprint, m.size);
+            self.meta.remove(&id);
+            self.ghost.remember(fp, size);
+            return Some(id);
+        }
+        None
+    }
+
+    /// Evicts one object from main: a clock with a two-bit counter.
+    fn evict_main(&mut self) -> Option<u64> {
+        while let Some(id) = self.main.pop_front() {
+            let Some(m) = self.meta.get_mut(&id) else {
+                self.dead = self.dead.saturating_sub(1);
+                continue;
+            };
+            if m.queue != Queue::Main {
+                continue;
+            }
+            if m.freq >= 1 {
+                m.freq = m.freq.min(3) - 1;
+                self.main.push_back(id);
+                continue;
+            }
+            self.main_bytes -= m.size;
+            self.meta.remove(&id);
+            return Some(id);
+        }
+        None
+    }
+}
+
+impl Eviction for S3Fifo {
+    fn resize(&mut self, capacity: u64) {
+        self.capacity = capacity;
+        self.small_target = capacity / 10;
+        self.ghost.limit = capacity / 10 * 9;
+        self.ghost.trim();
+    }
+
+    fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
         self.remove(id);
-        let queue = if self.ghost_set.remove(&fingerprint) {
+        let queue = if self.ghost.take(fingerprint) {
             self.main.push_back(id);
+            self.main_bytes += size;
             Queue::Main
         } else {
             self.small.push_back(id);
@@ -286,81 +447,28 @@ impl S3Fifo {
         );
     }
 
-    fn remember_ghost(&mut self, fp: u64) {
-        if self.ghost_set.insert(fp) {
-            self.ghost.push_back(fp);
-        }
-        // Ghost size is bounded by count, roughly the number of objects in main.
-        self.ghost_limit = self.ghost_limit.max(self.meta.len());
-        while self.ghost.len() > self.ghost_limit {
-            if let Some(old) = self.ghost.pop_front() {
-                self.ghost_set.remove(&old);
-            }
-        }
-    }
-
-    fn evict_small(&mut self) -> Option<u64> {
-        while let Some(id) = self.small.pop_front() {
-            let Some(m) = self.meta.get_mut(&id) else {
-                continue;
-            };
-            if m.queue != Queue::Small {
-                continue;
-            }
-            self.small_bytes = self.small_bytes.saturating_sub(m.size);
-            if m.freq > 0 {
-                m.freq = 0;
-                m.queue = Queue::Main;
-                self.main.push_back(id);
-                continue;
-            }
-            let fp = m.fingerprint;
-            self.meta.remove(&id);
-            self.remember_ghost(fp);
-            return Some(id);
-        }
-        None
-    }
-
-    fn evict_main(&mut self) -> Option<u64> {
-        while let Some(id) = self.main.pop_front() {
-            let Some(m) = self.meta.get_mut(&id) else {
-                continue;
-            };
-            if m.queue != Queue::Main {
-                continue;
-            }
-            if m.freq > 0 {
-                m.freq -= 1;
-                self.main.push_back(id);
-                continue;
-            }
-            self.meta.remove(&id);
-            return Some(id);
-        }
-        None
-    }
-}
-
-impl Eviction for S3Fifo {
-    fn resize(&mut self, capacity: u64) {
-        self.small_target = (capacity / 10).max(1);
-    }
-
-    fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
-        self.insert_keyed(id, fingerprint, size);
-    }
-
     fn touch(&mut self, id: u64) {
         if let Some(m) = self.meta.get_mut(&id) {
-            m.freq = (m.freq + 1).min(3);
+            m.freq = m.freq.saturating_add(1);
+        }
+    }
+
+    fn recharge(&mut self, id: u64, size: u64) {
+        if let Some(m) = self.meta.get_mut(&id) {
+            let bytes = match m.queue {
+                Queue::Small => &mut self.small_bytes,
+                Queue::Main => &mut self.main_bytes,
+            };
+            *bytes = *bytes - m.size + size;
+            m.size = size;
         }
     }
 
     fn remove(&mut self, id: u64) {
         if let Some(m) = self.meta.remove(&id) {
-            if m.queue == Queue::Small {
-                self.small_bytes = self.small_bytes.saturating_sub(m.size);
+            match m.queue {
+                Queue::Small => self.small_bytes -= m.size,
+                Queue::Main => self.main_bytes -= m.size,
             }
             self.dead += 1;
             self.compact();
@@ -368,12 +476,12 @@ impl Eviction for S3Fifo {
     }
 
     fn victim(&mut self) -> Option<u64> {
-        if self.small_bytes >= self.small_target || self.main.is_empty() {
-            if let Some(id) = self.evict_small() {
-                return Some(id);
-            }
+        let main_target = self.capacity - self.small_target;
+        if self.main_bytes > main_target || self.small_bytes == 0 {
+            self.evict_main().or_else(|| self.evict_small())
+        } else {
+            self.evict_small().or_else(|| self.evict_main())
         }
-        self.evict_main().or_else(|| self.evict_small())
     }
 
     fn name(&self) -> &'static str {
@@ -381,9 +489,440 @@ impl Eviction for S3Fifo {
     }
 }
 
+/// SIEVE: Zhang et al., "SIEVE is simpler than LRU" (NSDI '24). One FIFO of objects with
+/// a visited bit; a hit only sets the bit; a hand walks from the oldest toward the newest,
+/// clearing bits, and evicts the first unvisited object it meets, staying there for the
+/// next eviction. New objects enter at the newest end.
+#[derive(Debug)]
+pub struct Sieve {
+    slots: FastMap<u64, u32>,
+    nodes: Vec<SieveNode>,
+    free: Vec<u32>,
+    /// Newest, or [`NIL`].
+    head: u32,
+    /// Oldest, or [`NIL`].
+    tail: u32,
+    /// Where the next eviction looks first, or [`NIL`] (start at the tail).
+    hand: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SieveNode {
+    id: u64,
+    /// Toward the head (newer).
+    prev: u32,
+    /// Toward the tail (older).
+    next: u32,
+    visited: bool,
+}
+
+impl Default for Sieve {
+    fn default() -> Self {
+        Sieve {
+            slots: fast_map(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            hand: NIL,
+        }
+    }
+}
+
+impl Sieve {
+    fn unlink(&mut self, slot: u32) {
+        let SieveNode { prev, next, .. } = self.nodes[slot as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+        if self.hand == slot {
+            // The hand moves on toward the newer end, as it would have.
+            self.hand = prev;
+        }
+        self.free.push(slot);
+    }
+}
+
+impl Eviction for Sieve {
+    fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
+        self.remove(id);
+        let node = SieveNode {
+            id,
+            prev: NIL,
+            next: self.head,
+            visited: false,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.nodes[s as usize] = node;
+                s
+            }
+            None => {
+                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
+                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
+                self.nodes.push(node);
+                s
+            }
+        };
+        match self.head {
+            NIL => self.tail = slot,
+            h => self.nodes[h as usize].prev = slot,
+        }
+        self.head = slot;
+        self.slots.insert(id, slot);
+    }
+
+    fn touch(&mut self, id: u64) {
+        if let Some(&slot) = self.slots.get(&id) {
+            self.nodes[slot as usize].visited = true;
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(slot) = self.slots.remove(&id) {
+            self.unlink(slot);
+        }
+    }
+
+    fn victim(&mut self) -> Option<u64> {
+        let mut at = if self.hand == NIL {
+            self.tail
+        } else {
+            self.hand
+        };
+        loop {
+            if at == NIL {
+                if self.tail == NIL {
+                    return None;
+                }
+                at = self.tail;
+            }
+            let node = &mut self.nodes[at as usize];
+            if node.visited {
+                node.visited = false;
+                at = node.prev;
+                continue;
+            }
+            let id = node.id;
+            self.hand = node.prev;
+            self.slots.remove(&id);
+            let hand = self.hand;
+            self.unlink(at);
+            self.hand = hand;
+            return Some(id);
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "sieve"
+    }
+}
+
+/// W-TinyLFU: Einziger, Friedman and Manes, "TinyLFU: A Highly Efficient Cache Admission
+/// Policy" (ACM ToS 2017), as Caffeine runs it, in bytes: a window LRU of 1 % of the budget
+/// takes new objects; the rest is a segmented LRU (probation 20 %, protected 80 %). When the
+/// window is over its share, its oldest object (the candidate) moves to probation if main
+/// has room, and otherwise competes with main's next victim: the one a count-min sketch of
+/// recent uses (keyed by fingerprint, so it outlives evictions; halved every ten uses per
+/// counter to forget the past) estimates used more often stays, the other is evicted.
+///
+/// Size-aware where libCacheSim's `WTinyLFU.c` is not: an object of any size the store
+/// admits enters (libCacheSim refuses anything over 1 % of the cache), and a large
+/// candidate that wins goes on winning against main's victims one at a time until it fits,
+/// so a popular large object displaces several rarer small ones and not the reverse.
+#[derive(Debug)]
+pub struct WTinyLfu {
+    window_target: u64,
+    main_target: u64,
+    protected_target: u64,
+    /// Bytes per segment, indexed by [`Seg`].
+    bytes: [u64; 3],
+    /// (newest, oldest) slot per segment.
+    ends: [(u32, u32); 3],
+    nodes: Vec<WNode>,
+    free: Vec<u32>,
+    slots: FastMap<u64, u32>,
+    sketch: Sketch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seg {
+    Window = 0,
+    Probation = 1,
+    Protected = 2,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WNode {
+    id: u64,
+    fingerprint: u64,
+    size: u64,
+    /// Toward the newest.
+    prev: u32,
+    /// Toward the oldest.
+    next: u32,
+    seg: Seg,
+}
+
+impl WTinyLfu {
+    /// A policy for `capacity` bytes.
+    pub fn new(capacity: u64) -> Self {
+        let mut p = WTinyLfu {
+            window_target: 0,
+            main_target: 0,
+            protected_target: 0,
+            bytes: [0; 3],
+            ends: [(NIL, NIL); 3],
+            nodes: Vec::new(),
+            free: Vec::new(),
+            slots: fast_map(),
+            sketch: Sketch::new(1024),
+        };
+        p.resize(capacity);
+        p
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let WNode {
+            prev,
+            next,
+            seg,
+            size,
+            ..
+        } = self.nodes[slot as usize];
+        let ends = &mut self.ends[seg as usize];
+        match prev {
+            NIL => ends.0 = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => ends.1 = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+        self.bytes[seg as usize] -= size;
+    }
+
+    fn push_newest(&mut self, slot: u32, seg: Seg) {
+        let ends = &mut self.ends[seg as usize];
+        let old = ends.0;
+        ends.0 = slot;
+        if old == NIL {
+            ends.1 = slot;
+        } else {
+            self.nodes[old as usize].prev = slot;
+        }
+        let n = &mut self.nodes[slot as usize];
+        n.prev = NIL;
+        n.next = old;
+        n.seg = seg;
+        self.bytes[seg as usize] += n.size;
+    }
+
+    fn oldest(&self, seg: Seg) -> Option<u32> {
+        let s = self.ends[seg as usize].1;
+        (s != NIL).then_some(s)
+    }
+
+    /// Takes `slot` out for good; returns its id.
+    fn evict(&mut self, slot: u32) -> u64 {
+        self.unlink(slot);
+        let id = self.nodes[slot as usize].id;
+        self.slots.remove(&id);
+        self.free.push(slot);
+        id
+    }
+
+    fn main_victim(&self) -> Option<u32> {
+        self.oldest(Seg::Probation)
+            .or_else(|| self.oldest(Seg::Protected))
+    }
+}
+
+impl Eviction for WTinyLfu {
+    fn resize(&mut self, capacity: u64) {
+        self.window_target = capacity / 100;
+        self.main_target = capacity - self.window_target;
+        self.protected_target = self.main_target / 5 * 4;
+    }
+
+    fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
+        self.remove(id);
+        self.sketch.increment(fingerprint);
+        let node = WNode {
+            id,
+            fingerprint,
+            size,
+            prev: NIL,
+            next: NIL,
+            seg: Seg::Window,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.nodes[s as usize] = node;
+                s
+            }
+            None => {
+                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
+                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
+                self.nodes.push(node);
+                s
+            }
+        };
+        self.slots.insert(id, slot);
+        self.push_newest(slot, Seg::Window);
+        self.sketch.fit(self.slots.len());
+    }
+
+    fn touch(&mut self, id: u64) {
+        let Some(&slot) = self.slots.get(&id) else {
+            return;
+        };
+        let WNode {
+            fingerprint, seg, ..
+        } = self.nodes[slot as usize];
+        self.sketch.increment(fingerprint);
+        self.unlink(slot);
+        match seg {
+            Seg::Window => self.push_newest(slot, Seg::Window),
+            Seg::Probation | Seg::Protected => {
+                self.push_newest(slot, Seg::Protected);
+                while self.bytes[Seg::Protected as usize] > self.protected_target {
+                    let Some(old) = self.oldest(Seg::Protected) else {
+                        break;
+                    };
+                    if old == slot {
+                        break;
+                    }
+                    self.unlink(old);
+                    self.push_newest(old, Seg::Probation);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(&slot) = self.slots.get(&id) {
+            self.evict(slot);
+        }
+    }
+
+    fn recharge(&mut self, id: u64, size: u64) {
+        if let Some(&slot) = self.slots.get(&id) {
+            let n = &mut self.nodes[slot as usize];
+            let seg = n.seg as usize;
+            self.bytes[seg] = self.bytes[seg] - n.size + size;
+            n.size = size;
+        }
+    }
+
+    fn victim(&mut self) -> Option<u64> {
+        while self.bytes[Seg::Window as usize] > self.window_target {
+            let Some(cand) = self.oldest(Seg::Window) else {
+                break;
+            };
+            let main = self.bytes[Seg::Probation as usize] + self.bytes[Seg::Protected as usize];
+            let c = self.nodes[cand as usize];
+            let Some(victim) = self
+                .main_victim()
+                .filter(|_| main + c.size > self.main_target)
+            else {
+                // Main has room: the candidate moves in without a contest.
+                self.unlink(cand);
+                self.push_newest(cand, Seg::Probation);
+                continue;
+            };
+            let v = self.nodes[victim as usize];
+            let loser = if self.sketch.estimate(c.fingerprint) > self.sketch.estimate(v.fingerprint)
+            {
+                victim
+            } else {
+                cand
+            };
+            return Some(self.evict(loser));
+        }
+        let slot = self.main_victim().or_else(|| self.oldest(Seg::Window))?;
+        Some(self.evict(slot))
+    }
+
+    fn name(&self) -> &'static str {
+        "w-tinylfu"
+    }
+}
+
+/// A count-min sketch of 4-bit counters (held in bytes), four rows, aged by halving every
+/// counter after ten increments per counter of one row.
+#[derive(Debug)]
+struct Sketch {
+    rows: [Vec<u8>; 4],
+    mask: u64,
+    added: u64,
+}
+
+impl Sketch {
+    fn new(width: usize) -> Self {
+        let width = width.next_power_of_two();
+        Sketch {
+            rows: std::array::from_fn(|_| vec![0; width]),
+            mask: width as u64 - 1,
+            added: 0,
+        }
+    }
+
+    /// Grows (and starts afresh) once the objects tracked outnumber the counters per row,
+    /// as Caffeine sizes its sketch to the cache's entries.
+    fn fit(&mut self, objects: usize) {
+        if objects as u64 > self.mask + 1 {
+            *self = Sketch::new(objects * 2);
+        }
+    }
+
+    fn index(&self, fp: u64, row: usize) -> usize {
+        const SEEDS: [u64; 4] = [
+            0x9e37_79b9_7f4a_7c15,
+            0xc2b2_ae3d_27d4_eb4f,
+            0x1656_67b1_9e37_79f9,
+            0x27d4_eb2f_1656_67c5,
+        ];
+        let h = (fp ^ SEEDS[row]).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        ((h ^ (h >> 29)) & self.mask) as usize
+    }
+
+    fn increment(&mut self, fp: u64) {
+        for row in 0..4 {
+            let i = self.index(fp, row);
+            let c = &mut self.rows[row][i];
+            if *c < 15 {
+                *c += 1;
+            }
+        }
+        self.added += 1;
+        if self.added >= 10 * (self.mask + 1) {
+            for row in &mut self.rows {
+                for c in row.iter_mut() {
+                    *c >>= 1;
+                }
+            }
+            self.added /= 2;
+        }
+    }
+
+    fn estimate(&self, fp: u64) -> u8 {
+        (0..4)
+            .map(|row| self.rows[row][self.index(fp, row)])
+            .min()
+            .unwrap_or(0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::FastSet;
 
     #[test]
     fn lru_evicts_least_recently_used() {
@@ -451,10 +990,11 @@ mod tests {
         let mut p = S3Fifo::new(100);
         p.insert(1, 1, 10);
         p.touch(1);
+        p.touch(1);
         for id in 2..6 {
             p.insert(id, id, 10);
         }
-        // 1 was touched while in small, so it is promoted; 2 is the first cold victim.
+        // 1 was used twice while in small, so it is promoted; 2 is the first cold victim.
         assert_eq!(p.victim(), Some(2));
         assert_eq!(p.victim(), Some(3));
     }
@@ -486,9 +1026,160 @@ mod tests {
         );
     }
 
+    /// SIEVE evicts in exactly the order of the paper's description (a list oldest first,
+    /// a hand that clears visited bits and stays where it evicted) over a random mix of
+    /// every operation.
+    #[test]
+    fn sieve_agrees_with_the_papers_model() {
+        let mut p = Sieve::default();
+        let mut model: Vec<(u64, bool)> = Vec::new(); // oldest first
+        let mut hand = 0usize;
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = (x >> 8) % 300;
+            match x % 10 {
+                0..=3 => {
+                    if let Some(i) = model.iter().position(|(m, _)| *m == id) {
+                        model.remove(i);
+                        if i < hand {
+                            hand -= 1;
+                        }
+                    }
+                    p.insert(id, id, 1);
+                    model.push((id, false));
+                }
+                4..=6 => {
+                    p.touch(id);
+                    if let Some(m) = model.iter_mut().find(|(m, _)| *m == id) {
+                        m.1 = true;
+                    }
+                }
+                7 => {
+                    p.remove(id);
+                    if let Some(i) = model.iter().position(|(m, _)| *m == id) {
+                        model.remove(i);
+                        if i < hand {
+                            hand -= 1;
+                        }
+                    }
+                }
+                _ => {
+                    let want = if model.is_empty() {
+                        None
+                    } else {
+                        loop {
+                            if hand >= model.len() {
+                                hand = 0;
+                            }
+                            if model[hand].1 {
+                                model[hand].1 = false;
+                                hand += 1;
+                            } else {
+                                break Some(model.remove(hand).0);
+                            }
+                        }
+                    };
+                    assert_eq!(p.victim(), want);
+                }
+            }
+            // Past the newest object, the hand starts again from the oldest.
+            if hand >= model.len() {
+                hand = 0;
+            }
+            assert_eq!(p.slots.len(), model.len());
+        }
+    }
+
+    /// W-TinyLFU keeps a frequently used object against a stream of one-hit wonders,
+    /// where LRU loses it, and the budget's bytes are never exceeded by its own count.
+    #[test]
+    fn w_tinylfu_keeps_the_frequent_against_a_scan() {
+        let mut p = WTinyLfu::new(1000);
+        let mut stored: FastMap<u64, u64> = fast_map();
+        let mut bytes = 0u64;
+        let mut put = |p: &mut WTinyLfu, id: u64, fp: u64, size: u64| {
+            while bytes + size > 1000 {
+                let v = p.victim().expect("something to evict");
+                bytes -= stored.remove(&v).expect("a stored victim");
+            }
+            p.insert(id, fp, size);
+            stored.insert(id, size);
+            bytes += size;
+            stored.len()
+        };
+        put(&mut p, 1, 1, 100);
+        for _ in 0..20 {
+            p.touch(1);
+        }
+        let mut id = 2;
+        for round in 0..50 {
+            for _ in 0..5 {
+                put(&mut p, id, id, 50);
+                id += 1;
+            }
+            p.touch(1);
+            assert!(p.slots.contains_key(&1), "round {round}");
+        }
+        // Sizes are accounted exactly.
+        let held: u64 = p.bytes.iter().sum();
+        assert_eq!(
+            held,
+            p.slots.values().map(|s| p.nodes[*s as usize].size).sum()
+        );
+    }
+
+    /// Every policy hands out each stored id exactly once, whatever the sequence.
+    #[test]
+    fn every_policy_evicts_each_object_once() {
+        for kind in EvictionKind::ALL {
+            let mut p = kind.build(10_000);
+            let mut live: FastSet<u64> = FastSet::default();
+            let mut x: u64 = 0x853c_49e6_748f_ea9b;
+            for id in 0..50_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                match x % 8 {
+                    0..=3 => {
+                        p.insert(id, x % 700, 1 + x % 900);
+                        live.insert(id);
+                    }
+                    4 | 5 => {
+                        if let Some(&t) = live.iter().next() {
+                            p.touch(t);
+                        }
+                    }
+                    6 => {
+                        if let Some(&t) = live.iter().next() {
+                            p.remove(t);
+                            live.remove(&t);
+                        }
+                    }
+                    _ => {
+                        if let Some(v) = p.victim() {
+                            assert!(live.remove(&v), "{}: {v} evicted twice", p.name());
+                        }
+                    }
+                }
+            }
+            while let Some(v) = p.victim() {
+                assert!(live.remove(&v), "{}: {v} evicted twice", p.name());
+            }
+            assert!(
+                live.is_empty(),
+                "{}: {} never evicted",
+                p.name(),
+                live.len()
+            );
+        }
+    }
+
     #[test]
     fn removed_ids_are_never_victims() {
-        for kind in [EvictionKind::Lru, EvictionKind::S3Fifo] {
+        for kind in EvictionKind::ALL {
             let mut p = kind.build(100);
             p.insert(1, 1, 10);
             p.insert(2, 2, 10);
