@@ -26,6 +26,12 @@ pub trait Eviction: Send {
     fn insert(&mut self, id: u64, fingerprint: u64, size: u64);
     /// An object was served.
     fn touch(&mut self, id: u64);
+    /// Whether an object of `size` bytes may enter at all; asked before room is made for
+    /// it (and before [`Eviction::insert`]). A refusal is still a use the policy may count.
+    fn admits(&mut self, fingerprint: u64, size: u64) -> bool {
+        let _ = (fingerprint, size);
+        true
+    }
     /// An object left the cache for another reason (replaced, invalidated).
     fn remove(&mut self, id: u64);
     /// An object's charge changed (its body grew as it arrived, or its head was replaced).
@@ -88,7 +94,7 @@ impl EvictionKind {
             EvictionKind::Lru => Box::new(Lru::default()),
             EvictionKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
             EvictionKind::Sieve => Box::new(Sieve::default()),
-            EvictionKind::WTinyLfu => Box::new(WTinyLfu::new(capacity)),
+            EvictionKind::WTinyLfu => Box::new(WTinyLfu::with(capacity, WTinyLfuGoal::Objects, 10)),
         }
     }
 }
@@ -637,6 +643,13 @@ impl Eviction for Sieve {
 /// so a popular large object displaces several rarer small ones and not the reverse.
 #[derive(Debug)]
 pub struct WTinyLfu {
+    goal: WTinyLfuGoal,
+    /// The window's share of the budget, in thousandths.
+    window_permille: u64,
+    /// A candidate that won its contest and is being made room for.
+    admitting: Option<u64>,
+    /// The fingerprint whose use [`Eviction::admits`] already counted.
+    counted: Option<u64>,
     window_target: u64,
     main_target: u64,
     protected_target: u64,
@@ -648,6 +661,19 @@ pub struct WTinyLfu {
     free: Vec<u32>,
     slots: FastMap<u64, u32>,
     sketch: Sketch,
+}
+
+/// What a W-TinyLFU contest between the window's candidate and main's victims maximises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WTinyLfuGoal {
+    /// Byte hits: the candidate must be used more often than each victim it displaces, one
+    /// at a time (Caffeine's rule for weighted entries), whatever their sizes.
+    #[default]
+    Bytes,
+    /// Object hits: the candidate must be used more often than all the victims it would
+    /// displace together, so a large object enters only if it earns more hits than the
+    /// small ones it pushes out.
+    Objects,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -670,9 +696,19 @@ struct WNode {
 }
 
 impl WTinyLfu {
-    /// A policy for `capacity` bytes.
+    /// A policy for `capacity` bytes, its window 1 % of them, maximising byte hits.
     pub fn new(capacity: u64) -> Self {
+        Self::with(capacity, WTinyLfuGoal::Bytes, 10)
+    }
+
+    /// A policy for `capacity` bytes with a window of `window_permille` thousandths of them
+    /// (at least 1), maximising `goal`.
+    pub fn with(capacity: u64, goal: WTinyLfuGoal, window_permille: u64) -> Self {
         let mut p = WTinyLfu {
+            goal,
+            window_permille: window_permille.clamp(1, 999),
+            admitting: None,
+            counted: None,
             window_target: 0,
             main_target: 0,
             protected_target: 0,
@@ -737,6 +773,36 @@ impl WTinyLfu {
         id
     }
 
+    /// The estimated uses of main's next victims that free `need` bytes, summed; past a
+    /// bound on the walk (no candidate's 4-bit estimate beats that many victims anyway),
+    /// `u32::MAX`.
+    fn displaced_uses(&self, need: u64) -> u32 {
+        let (mut freed, mut uses) = (0u64, 0u32);
+        let mut seg = Seg::Probation;
+        let mut at = self.oldest(seg);
+        for _ in 0..64 {
+            let slot = match at {
+                Some(s) => s,
+                None if seg == Seg::Probation => {
+                    seg = Seg::Protected;
+                    match self.oldest(seg) {
+                        Some(s) => s,
+                        None => return uses,
+                    }
+                }
+                None => return uses,
+            };
+            let n = &self.nodes[slot as usize];
+            uses += u32::from(self.sketch.estimate(n.fingerprint));
+            freed += n.size;
+            if freed >= need {
+                return uses;
+            }
+            at = (n.prev != NIL).then_some(n.prev);
+        }
+        u32::MAX
+    }
+
     fn main_victim(&self) -> Option<u32> {
         self.oldest(Seg::Probation)
             .or_else(|| self.oldest(Seg::Protected))
@@ -745,14 +811,33 @@ impl WTinyLfu {
 
 impl Eviction for WTinyLfu {
     fn resize(&mut self, capacity: u64) {
-        self.window_target = capacity / 100;
+        self.window_target = capacity / 1000 * self.window_permille;
         self.main_target = capacity - self.window_target;
         self.protected_target = self.main_target / 5 * 4;
     }
 
+    /// With the object goal, an object larger than the window enters only if it is used
+    /// more often than the objects it would push out of main together (libCacheSim's
+    /// W-TinyLFU refuses every object larger than its window).
+    fn admits(&mut self, fingerprint: u64, size: u64) -> bool {
+        if self.goal != WTinyLfuGoal::Objects || size <= self.window_target {
+            return true;
+        }
+        self.sketch.increment(fingerprint);
+        self.counted = Some(fingerprint);
+        let held: u64 = self.bytes.iter().sum();
+        let capacity = self.window_target + self.main_target;
+        if held + size <= capacity {
+            return true;
+        }
+        u32::from(self.sketch.estimate(fingerprint)) > self.displaced_uses(size)
+    }
+
     fn insert(&mut self, id: u64, fingerprint: u64, size: u64) {
         self.remove(id);
-        self.sketch.increment(fingerprint);
+        if self.counted.take() != Some(fingerprint) {
+            self.sketch.increment(fingerprint);
+        }
         let node = WNode {
             id,
             fingerprint,
@@ -834,16 +919,28 @@ impl Eviction for WTinyLfu {
                 // Main has room: the candidate moves in without a contest.
                 self.unlink(cand);
                 self.push_newest(cand, Seg::Probation);
+                self.admitting = None;
                 continue;
             };
-            let v = self.nodes[victim as usize];
-            let loser = if self.sketch.estimate(c.fingerprint) > self.sketch.estimate(v.fingerprint)
-            {
-                victim
-            } else {
-                cand
+            if self.admitting == Some(c.id) {
+                return Some(self.evict(victim));
+            }
+            let freq = self.sketch.estimate(c.fingerprint);
+            let wins = match self.goal {
+                WTinyLfuGoal::Bytes => {
+                    freq > self
+                        .sketch
+                        .estimate(self.nodes[victim as usize].fingerprint)
+                }
+                WTinyLfuGoal::Objects => {
+                    u32::from(freq) > self.displaced_uses(main + c.size - self.main_target)
+                }
             };
-            return Some(self.evict(loser));
+            if wins {
+                self.admitting = Some(c.id);
+                return Some(self.evict(victim));
+            }
+            return Some(self.evict(cand));
         }
         let slot = self.main_victim().or_else(|| self.oldest(Seg::Window))?;
         Some(self.evict(slot))
@@ -882,14 +979,14 @@ impl Sketch {
     }
 
     fn index(&self, fp: u64, row: usize) -> usize {
-        const SEEDS: [u64; 4] = [
-            0x9e37_79b9_7f4a_7c15,
-            0xc2b2_ae3d_27d4_eb4f,
-            0x1656_67b1_9e37_79f9,
-            0x27d4_eb2f_1656_67c5,
-        ];
-        let h = (fp ^ SEEDS[row]).wrapping_mul(0xff51_afd7_ed55_8ccd);
-        ((h ^ (h >> 29)) & self.mask) as usize
+        // splitmix64's finalizer over the fingerprint and a per-row offset: every bit of the
+        // fingerprint reaches the bits kept, so fingerprints alike in their low bits (small
+        // integers) do not collide in every row at once.
+        let mut h = fp.wrapping_add((row as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        (h & self.mask) as usize
     }
 
     fn increment(&mut self, fp: u64) {
@@ -1128,6 +1225,52 @@ mod tests {
         assert_eq!(
             held,
             p.slots.values().map(|s| p.nodes[*s as usize].size).sum()
+        );
+    }
+
+    /// With the object goal, an object larger than the window enters while there is room,
+    /// and once the cache is full only if it is used more often than the objects it would
+    /// push out together.
+    #[test]
+    fn w_tinylfu_admits_a_large_object_by_the_uses_it_displaces() {
+        let mut p = WTinyLfu::with(100_000, WTinyLfuGoal::Objects, 10);
+        assert!(p.admits(1, 20_000), "room: admitted");
+        // Fill with 100 small objects, each used three times.
+        for id in 10..110u64 {
+            assert!(p.admits(id, 1000));
+            if p.slots
+                .values()
+                .map(|s| p.nodes[*s as usize].size)
+                .sum::<u64>()
+                + 1000
+                > 100_000
+            {
+                p.victim();
+            }
+            p.insert(id, id, 1000);
+            p.touch(id);
+            p.touch(id);
+        }
+        while p.bytes[Seg::Window as usize] > p.window_target {
+            p.victim();
+        }
+        assert!(
+            !p.admits(7, 20_000),
+            "a cold large object displaces 20 used ones"
+        );
+        // Used often (the sketch counts every refused use too), it still loses to twenty
+        // objects used three times each: 15 at most against 60.
+        for _ in 0..20 {
+            assert!(!p.admits(7, 20_000));
+        }
+        // Against two of them it wins once used more often than both together.
+        for _ in 0..10 {
+            p.sketch.increment(8);
+        }
+        assert!(p.admits(8, 2_000));
+        assert!(
+            p.admits(9, 500),
+            "no larger than the window: always admitted"
         );
     }
 

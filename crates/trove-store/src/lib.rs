@@ -4,10 +4,12 @@
 //! method exists); the memory tier is its first implementation.
 //!
 //! The memory tier: A [`MemoryStore`] holds [`Object`]s (a response head plus a
-//! [`Body`]) under a byte budget, split into shards so two cores rarely contend on one lock.
-//! Which object leaves when the budget is reached is decided by a swappable [`Eviction`]
-//! policy; trove ships [`Lru`] and [`S3Fifo`] so the server and the simulator share one
-//! implementation and can be measured against each other.
+//! [`Body`]) under a byte budget. Its map is split into shards so two cores rarely contend
+//! on one lock for a lookup; which object leaves when the budget is reached is one decision
+//! for the whole tier, by a swappable [`Eviction`] policy. trove ships [`Lru`], [`S3Fifo`]
+//! (the default), [`Sieve`] and [`WTinyLfu`], so the server and the simulator share one
+//! implementation and can be measured against each other and against libCacheSim
+//! (`bench/hitratio`).
 //!
 //! Bodies are shared buffers that readers may follow while the writer is still appending
 //! (read-while-write): a miss is stored as it streams in and every client waiting for the same
@@ -31,7 +33,7 @@ mod object;
 pub mod storage;
 
 pub use body::{Body, BodyError, BodyReader, Spool, SpoolProgress, StreamLimits};
-pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo};
+pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo, Sieve, WTinyLfu, WTinyLfuGoal};
 pub use invalidation::{Invalidations, Journal, Verdict};
 pub use labels::Labels;
 pub use memory::{MemoryStore, StoreStats};

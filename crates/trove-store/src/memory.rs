@@ -337,6 +337,9 @@ impl Storage for MemoryStore {
         let victims = {
             let mut guard = self.order();
             let order = &mut *guard;
+            if !order.policy.admits(fp, charge) {
+                return Err(Refused::NotAdmitted);
+            }
             let replaced = {
                 let mut shard = self.shards[self.index_of(h)].lock();
                 let list = shard.entries.entry(h).or_default();
@@ -553,7 +556,9 @@ mod tests {
     /// evicted from its own shard first: the second fetch hit 13 times in 60.
     #[test]
     fn one_order_for_the_whole_tier() {
-        for kind in EvictionKind::ALL {
+        // W-TinyLFU is left out: with its object goal it refuses a 1.2 MB object used twice
+        // in a 4 MiB store (it would push out far more uses than it brings).
+        for kind in [EvictionKind::Lru, EvictionKind::S3Fifo, EvictionKind::Sieve] {
             let s = MemoryStore::new(4 << 20, 16, 8 << 20, kind);
             let (mut small_misses, mut big_hits) = (0, 0);
             let mut small = |s: &MemoryStore| match s.lookup("http://x/small").first() {
