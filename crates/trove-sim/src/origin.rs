@@ -4,10 +4,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, DATE, ETAG, IF_NONE_MATCH};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use trove_cache::engine::{Forward, Origin, OriginAnswer};
+use trove_cache::engine::{AnswerBody, Forward, Origin, OriginAnswer};
 use trove_cache::OriginFailure;
 
 use crate::assume::Assumptions;
@@ -28,13 +27,11 @@ pub struct Wanted<'a> {
     pub content_type: &'a str,
 }
 
-/// What answering needs that can be made once instead of per miss: the zero-filled body
-/// buffer and header values (`max-age`, content types, the `Date` of the current virtual
-/// second). A `HeaderValue` clone is a reference count, its construction an allocation and
+/// What answering needs that can be made once instead of per miss: header values
+/// (`max-age`, content types, the `Date` of the current virtual second). A `HeaderValue` clone is a reference count, its construction an allocation and
 /// a copy (and for a date, formatting).
 #[derive(Debug, Default)]
 pub struct Scratch {
-    pub zeros: Zeros,
     max_age: Option<(u64, HeaderValue)>,
     types: FastMap<Box<str>, Option<HeaderValue>>,
     date: Option<(u64, HeaderValue)>,
@@ -106,13 +103,15 @@ pub fn answer(
         return OriginAnswer {
             status: StatusCode::NOT_MODIFIED,
             headers,
-            body: Bytes::new(),
+            body: AnswerBody::Sized(0),
         };
     }
     OriginAnswer {
         status,
         headers,
-        body: scratch.zeros.take(w.size),
+        // Size-only: the store charges and counts it and nobody reads it, so an object of
+        // any size costs the replay no memory.
+        body: AnswerBody::Sized(w.size),
     }
 }
 
@@ -141,23 +140,6 @@ fn max_age(secs: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("max-age={secs}")).expect("ascii")
 }
 
-/// Zero-filled bodies of any size from one shared buffer, so a miss costs no allocation
-/// (the buffer grows by doubling and its pages are never touched: the store only counts
-/// body bytes).
-#[derive(Debug, Default)]
-pub struct Zeros(Bytes);
-
-impl Zeros {
-    pub fn take(&mut self, len: u64) -> Bytes {
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if self.0.len() < len {
-            let cap = len.checked_next_power_of_two().unwrap_or(len).max(1 << 16);
-            self.0 = Bytes::from(vec![0u8; cap]);
-        }
-        self.0.slice(..len)
-    }
-}
-
 /// What the origin did during one replayed request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Asked {
@@ -184,7 +166,7 @@ impl Origin for TraceOrigin<'_> {
         let mut ans = answer(self.assumptions, &self.wanted, inm, self.scratch);
         ans.headers.insert(DATE, self.scratch.date(self.now));
         self.asked.requests += 1;
-        self.asked.body_bytes += ans.body.len() as u64;
+        self.asked.body_bytes += ans.body.len();
         Ok(ans)
     }
 }

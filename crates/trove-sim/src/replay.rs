@@ -313,13 +313,13 @@ impl Replay {
             let hit = served.outcome.is_hit();
             let c = &mut sim.c;
             c.requests += 1;
-            c.bytes += r.bytes;
+            c.bytes = c.bytes.saturating_add(r.bytes);
             if hit {
                 c.hits += 1;
-                c.hit_bytes += r.bytes;
+                c.hit_bytes = c.hit_bytes.saturating_add(r.bytes);
             }
             c.origin_requests += u64::from(asked.requests);
-            c.origin_body_bytes += asked.body_bytes;
+            c.origin_body_bytes = c.origin_body_bytes.saturating_add(asked.body_bytes);
             c.outcomes[served.outcome.index()] += 1;
             if let Some(net) = &mut sim.net {
                 let storing = served.steps.contains(&Step::Store);

@@ -3,6 +3,9 @@
 //! allocation). A line that does not parse is counted and skipped, never fatal: real logs
 //! carry truncated last lines, binary junk and comments, and one bad line must not cost an
 //! operator a night's replay.
+//!
+//! A size is a count, never an allocation (the replay's bodies are size-only), but a size
+//! past [`MAX_OBJECT_SIZE`] is no object a log could record: such a line is counted bad.
 
 pub mod clf;
 pub mod csv;
@@ -11,6 +14,17 @@ pub mod squid;
 pub mod synthetic;
 
 use std::io::BufRead;
+
+/// The largest object, or transfer, a trace may give: 1 TiB. Real logs record transfers
+/// of tens of gigabytes at most (disk images, backups); a larger count is corruption (a
+/// torn line, a counter written as garbage), and `1000000000000000000` bytes would be a
+/// million terabytes. Lines past it are counted bad.
+pub const MAX_OBJECT_SIZE: u64 = 1 << 40;
+
+/// `n` if it is a size a trace may give (see [`MAX_OBJECT_SIZE`]).
+pub fn sane_size(n: u64) -> Option<u64> {
+    (n <= MAX_OBJECT_SIZE).then_some(n)
+}
 
 /// One request of a trace, borrowed from the reader's line buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,7 +5,7 @@
 
 use std::io::BufRead;
 
-use super::{fields, is_blank, num, text, Lines, Record, Skipped, TraceReader};
+use super::{fields, is_blank, num, sane_size, text, Lines, Record, Skipped, TraceReader};
 
 pub struct SquidReader<R> {
     lines: Lines<R>,
@@ -30,7 +30,7 @@ pub fn parse(line: &[u8]) -> Option<Record<'_>> {
     let code = f.next()?;
     let slash = memchr::memchr(b'/', code)?;
     let status: u16 = num(&code[slash + 1..])?;
-    let bytes: u64 = num(f.next()?)?;
+    let bytes: u64 = sane_size(num(f.next()?)?)?;
     let method = text(f.next()?)?;
     let url = text(f.next()?)?;
     let _user = f.next()?;
@@ -101,6 +101,7 @@ mod tests {
 garbage line
 1700000002.5 1 10.0.0.2 TCP_MISS/404 12 GET http://a.example/x - HIER_DIRECT/a.example -
 1700000003 1 10.0.0.2 TCP_MISS/2x0 12 GET http://a.example/x - HIER_DIRECT/a.example -
+1700000003 1 10.0.0.2 TCP_MISS/200 99999999999999999 GET http://a.example/x - HIER_DIRECT/a.example -
 ";
         let mut r = SquidReader::new(log.as_bytes());
         let a = r.next_record().unwrap();
@@ -114,7 +115,7 @@ garbage line
         let c = r.next_record().unwrap();
         assert_eq!((c.status, c.content_type), (404, ""));
         assert!(r.next_record().is_none());
-        assert_eq!(r.skipped().bad_lines, 2);
+        assert_eq!(r.skipped().bad_lines, 3, "an absurd byte count too");
         assert_eq!(r.skipped().examples[0].0, 5);
         assert_eq!(r.position(), log.len() as u64);
     }
