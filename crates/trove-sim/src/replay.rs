@@ -295,11 +295,7 @@ impl Replay {
         } else {
             &self.plain
         };
-        let client = if self.sims.iter().any(|s| s.net.is_some()) {
-            self.clients.id(r.client)
-        } else {
-            0
-        };
+        let client = self.clients.id(r.client);
         for (i, sim) in self.sims.iter_mut().enumerate() {
             let mut origin = TraceOrigin {
                 assumptions: &self.assumptions,

@@ -152,6 +152,7 @@ impl<R: BufRead> TraceReader for ClfReader<R> {
             method: p.method,
             url: &self.url,
             status: p.status,
+            result: "",
             bytes: p.bytes,
             object_size: None,
             content_type: "",

@@ -128,6 +128,7 @@ impl<R: BufRead> TraceReader for CsvReader<R> {
                 method: "GET",
                 url: &self.url,
                 status: 200,
+                result: "",
                 bytes: size,
                 object_size: Some(size),
                 content_type: "",

@@ -29,7 +29,8 @@ pub fn sane_size(n: u64) -> Option<u64> {
 /// One request of a trace, borrowed from the reader's line buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record<'a> {
-    /// Seconds since the Unix epoch (or since the trace's own origin of time).
+    /// When the request started, seconds since the Unix epoch (or since the trace's own
+    /// origin of time). A Squid log records completion; its reader gives the start.
     pub time: f64,
     /// Who asked: a client address or id (the network model keeps connections per client).
     pub client: &'a str,
@@ -38,7 +39,12 @@ pub struct Record<'a> {
     pub url: &'a str,
     /// The status the log recorded.
     pub status: u16,
-    /// Body bytes the client received (short of the object's size: an aborted transfer).
+    /// What the logging cache did, as its log says (`TCP_MISS`, `TCP_MEM_HIT` …), or empty
+    /// when the format has no such field. The replay decides for itself; this only says
+    /// what the byte count holds (a hit's response head differs from a miss's).
+    pub result: &'a str,
+    /// Bytes the client received: the body (short of the object's size: an aborted
+    /// transfer), and in a Squid log the response head too.
     pub bytes: u64,
     /// The object's full size when the format knows it (CSV, synthetic traces).
     pub object_size: Option<u64>,
