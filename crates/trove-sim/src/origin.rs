@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use trove_cache::engine::{AnswerBody, Forward, Origin, OriginAnswer};
 use trove_cache::OriginFailure;
 
-use crate::assume::Assumptions;
+use crate::assume::{Assumptions, Head};
 use crate::intern::FastMap;
 
 /// What the origin holds for the URL being replayed.
@@ -28,16 +28,59 @@ pub struct Wanted<'a> {
 }
 
 /// What answering needs that can be made once instead of per miss: header values
-/// (`max-age`, content types, the `Date` of the current virtual second). A `HeaderValue` clone is a reference count, its construction an allocation and
-/// a copy (and for a date, formatting).
+/// (`max-age`, content types, the `Date` of the current virtual second), and what a log's
+/// byte counts hold besides bodies. A `HeaderValue` clone is a reference count, its
+/// construction an allocation and a copy (and for a date, formatting).
 #[derive(Debug, Default)]
 pub struct Scratch {
     max_age: Option<(u64, HeaderValue)>,
     types: FastMap<Box<str>, Option<HeaderValue>>,
     date: Option<(u64, HeaderValue)>,
+    /// [`Scratch::stored_fields`] by content type, uncachable and cachable.
+    stored: [FastMap<Box<str>, u64>; 2],
+    /// [`Head::added`] by result code and status (a log has a handful).
+    added: Vec<(Box<str>, u16, u64)>,
 }
 
 impl Scratch {
+    /// [`Head::added`], worked out once for each result code and status.
+    pub fn head_added(&mut self, head: Head, result: &str, status: u16) -> u64 {
+        if let Some(&(_, _, n)) = self
+            .added
+            .iter()
+            .find(|(r, s, _)| *s == status && **r == *result)
+        {
+            return n;
+        }
+        let n = head.added(result, status);
+        // A hostile log's distinct codes are bounded by its lines; a real one has a few.
+        if self.added.len() < 256 {
+            self.added.push((result.into(), status, n));
+        }
+        n
+    }
+
+    /// What the header fields of the answer to `w` come to once stored, as the store
+    /// charges them (name, value and 4 bytes each): the origin's fields with its `Date`,
+    /// cleaned as the engine cleans them (adding the cache's `via`). Depends on whether the
+    /// answer is cachable and its content type only (a `Date` is always 29 bytes), so it is
+    /// worked out once for each.
+    pub fn stored_fields(&mut self, a: &Assumptions, w: &Wanted<'_>, via: &HeaderValue) -> u64 {
+        let i = usize::from(w.cachable);
+        if let Some(&n) = self.stored[i].get(w.content_type) {
+            return n;
+        }
+        let mut h = answer(a, w, None, self).headers;
+        h.insert(DATE, self.date(UNIX_EPOCH));
+        trove_cache::respond::clean_response_headers_in_place(&mut h, via, UNIX_EPOCH);
+        let n = h
+            .iter()
+            .map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64)
+            .sum();
+        self.stored[i].insert(w.content_type.into(), n);
+        n
+    }
+
     fn max_age(&mut self, secs: u64) -> HeaderValue {
         match &self.max_age {
             Some((s, v)) if *s == secs => v.clone(),

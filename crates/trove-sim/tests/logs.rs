@@ -1,10 +1,12 @@
 //! Replaying access logs (issue 20): clients are counted whether or not the network model is
-//! on, and a Squid log's time field is the completion, so each request starts `elapsed`
-//! earlier.
+//! on; whether `?` URLs are cachable follows whose log it is (trove's own: as trove cached
+//! them; another's: seed 003's rule), recognised by default and settable; and a Squid log's
+//! time field is the completion, so each request starts `elapsed` earlier.
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use trove_sim::assume::Assume;
 use trove_sim::cli::ReplayArgs;
 use trove_sim::sweep::Report;
 
@@ -72,6 +74,35 @@ fn clients_are_counted_without_the_network_model() {
     assert!(trove_sim::report::text::render(&r).contains(", 3 clients,"));
     let r = replay(&path, &["--network", "lan"]);
     assert_eq!(r.trace.clients, 3);
+}
+
+#[test]
+fn query_string_urls_follow_whose_log_it_is() {
+    let dir = Dir::new("dynamic");
+    // trove names the origin it went to; Squid writes its IP address.
+    let trove = dir.file("trove.log", &log("HIER_DIRECT/shop.example"));
+    let squid = dir.file("squid.log", &log("HIER_DIRECT/93.184.216.34"));
+    let hits = |r: &Report| r.results[0].hits;
+
+    let r = replay(&trove, &[]);
+    assert_eq!(r.assumptions.log, Assume::Trove, "recognised");
+    assert!(!r.assumptions.dynamic_uncachable);
+    assert_eq!(hits(&r), 3, "as trove did: a miss, then hits");
+    let text = trove_sim::report::text::render(&r);
+    assert!(text.contains("log: trove's own"), "{text}");
+    assert!(text.contains("'?'/cgi-bin URLs cachable"), "{text}");
+
+    let r = replay(&squid, &[]);
+    assert_eq!(r.assumptions.log, Assume::Other, "not recognised");
+    assert!(r.assumptions.dynamic_uncachable);
+    assert_eq!(hits(&r), 0, "seed 003's rule");
+    assert!(trove_sim::report::text::render(&r).contains("--assume trove"));
+
+    // Said outright, either way.
+    assert_eq!(hits(&replay(&squid, &["--assume", "trove"])), 3);
+    assert_eq!(hits(&replay(&trove, &["--assume", "other"])), 0);
+    assert_eq!(hits(&replay(&squid, &["--cache-dynamic"])), 3);
+    assert_eq!(hits(&replay(&trove, &["--cache-dynamic=false"])), 0);
 }
 
 /// Squid's time field is when the request completed: a request logged at 100 s after

@@ -4,8 +4,11 @@
 //! - `time` is when the request *completed* (Squid stamps a line when its transfer ends) and
 //!   `elapsed` how long it took, in milliseconds, so the request started at
 //!   `time − elapsed`: the reader gives that start as [`Record::time`].
-//! - `bytes` is what the client received, the response head included.
-//! - `code` says what the logging cache did. The replay decides for itself.
+//! - `bytes` is what the client received, the response head included; the replay takes the
+//!   head off (see `assume::Head`).
+//! - `code` says what the logging cache did. The replay decides for itself; it reads the
+//!   code only for what the byte count holds, and to recognise trove's own log
+//!   ([`writer`]).
 //!
 //! **Order.** Lines are written as requests complete, so a slow request's line comes after
 //! lines of requests that started later. The reader holds lines back, in a heap by start,
@@ -18,6 +21,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::io::BufRead;
+use std::net::IpAddr;
 
 use super::{fields, is_blank, num, sane_size, text, Lines, Record, Skipped, TraceReader};
 
@@ -182,6 +186,73 @@ impl<R: BufRead> TraceReader for SquidReader<R> {
     }
 }
 
+/// Who wrote a Squid native log, as far as its lines tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// trove: a `HIER_DIRECT` peer that is a host name or has a port (Squid writes the
+    /// server's IP address), or trove's own `TCP_SHED`; and nothing trove never writes.
+    Trove,
+    /// Something trove never writes: a peer hierarchy code (`FIRSTUP_PARENT`,
+    /// `SIBLING_HIT` …), Squid 2's `DIRECT/`, a result code trove has no name for
+    /// (`TCP_INM_HIT`, `TCP_SWAPFAIL_MISS`, `NONE/` …).
+    Other,
+    /// Neither: a log of hits only, or whose origins are all named by IP address (Squid
+    /// 3 and later log every server so, and trove an origin named so).
+    Unknown,
+}
+
+/// Result codes trove writes (`trove_cache::Outcome`), with Squid's suffixes for aborted
+/// and timed-out transfers.
+fn trove_result(code: &str) -> bool {
+    let base = code
+        .strip_suffix("_ABORTED")
+        .or_else(|| code.strip_suffix("_TIMEDOUT"))
+        .unwrap_or(code);
+    trove_cache::Outcome::ALL.iter().any(|o| o.as_str() == base)
+}
+
+/// Who wrote the lines of `sample` (the log's first lines; a last line cut short is not
+/// looked at).
+pub fn writer(sample: &[u8]) -> Writer {
+    let sample = match memchr::memrchr(b'\n', sample) {
+        Some(end) => &sample[..end],
+        None => sample,
+    };
+    let mut trove = false;
+    for line in sample.split(|b| *b == b'\n') {
+        let f: Vec<&[u8]> = fields(line).collect();
+        if f.len() < 9 || parse(line).is_none() {
+            continue;
+        }
+        let code = text(f[3]).unwrap_or("");
+        let result = code.split('/').next().unwrap_or("");
+        if !trove_result(result) {
+            return Writer::Other;
+        }
+        if result == "TCP_SHED" {
+            trove = true;
+        }
+        let hier = text(f[8]).unwrap_or("");
+        let (kind, peer) = hier.split_once('/').unwrap_or((hier, ""));
+        match kind {
+            "HIER_NONE" => {}
+            // Squid writes the server's IP address; trove the origin's host (an IP address
+            // too for an origin named by one, so that tells nothing).
+            "HIER_DIRECT" => {
+                if !peer.is_empty() && peer != "-" && peer.parse::<IpAddr>().is_err() {
+                    trove = true;
+                }
+            }
+            _ => return Writer::Other,
+        }
+    }
+    if trove {
+        Writer::Trove
+    } else {
+        Writer::Unknown
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +344,36 @@ garbage line
             got[1].0, 5.0,
             "its start, before the clock: replayed at the clock"
         );
+    }
+
+    #[test]
+    fn trove_s_log_is_recognised() {
+        let trove_now = "\
+1.000 1 127.0.0.1 TCP_MISS/200 10 GET http://h:8080/a - HIER_DIRECT/127.0.0.1:8080 -
+2.000 0 127.0.0.1 TCP_MEM_HIT/200 10 GET http://h:8080/a - HIER_NONE/- -
+";
+        assert_eq!(writer(trove_now.as_bytes()), Writer::Trove);
+        let trove_hosts = "1.000 1 ::1 TCP_MISS/200 10 GET http://a.example/a - HIER_DIRECT/a.example text/html\n";
+        assert_eq!(writer(trove_hosts.as_bytes()), Writer::Trove);
+        let squid = "1.000 1 10.0.0.1 TCP_MISS/200 10 GET http://a.example/a - HIER_DIRECT/93.184.216.34 text/html\n";
+        assert_eq!(writer(squid.as_bytes()), Writer::Unknown, "an IP address");
+        let parent = "1.000 1 10.0.0.1 TCP_MISS/200 10 GET http://a/a - FIRSTUP_PARENT/p -\n";
+        assert_eq!(writer(parent.as_bytes()), Writer::Other);
+        let squid2 = "1.000 1 10.0.0.1 TCP_MISS/200 10 GET http://a/a - DIRECT/a -\n";
+        assert_eq!(writer(squid2.as_bytes()), Writer::Other);
+        let inm = "\
+1.000 1 127.0.0.1 TCP_MISS/200 10 GET http://h/a - HIER_DIRECT/h:80 -
+2.000 1 127.0.0.1 TCP_INM_HIT/304 10 GET http://h/a - HIER_NONE/- -
+";
+        assert_eq!(
+            writer(inm.as_bytes()),
+            Writer::Other,
+            "a code trove never writes"
+        );
+        let hits = "1.000 0 127.0.0.1 TCP_MEM_HIT/200 10 GET http://h/a - HIER_NONE/- -\n";
+        assert_eq!(writer(hits.as_bytes()), Writer::Unknown);
+        let aborted =
+            "1.000 1 127.0.0.1 TCP_MISS_ABORTED/200 10 GET http://h/a - HIER_DIRECT/h -\n";
+        assert_eq!(writer(aborted.as_bytes()), Writer::Trove);
     }
 }
