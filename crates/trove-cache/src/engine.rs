@@ -43,7 +43,36 @@ pub struct Forward<'a> {
 pub struct OriginAnswer {
     pub status: StatusCode,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: AnswerBody,
+}
+
+/// An answer's body: its bytes, or only its length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerBody {
+    Bytes(Bytes),
+    /// `n` bytes nobody will read (a simulated origin's): stored size-only
+    /// ([`trove_store::Body::append_sized_now`]), so an object of any size, up to
+    /// terabytes, is decided on, charged and counted without being allocated.
+    Sized(u64),
+}
+
+impl AnswerBody {
+    pub fn len(&self) -> u64 {
+        match self {
+            AnswerBody::Bytes(b) => b.len() as u64,
+            AnswerBody::Sized(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Bytes> for AnswerBody {
+    fn from(b: Bytes) -> Self {
+        AnswerBody::Bytes(b)
+    }
 }
 
 /// The origin side, answering at once.
@@ -443,7 +472,10 @@ impl Engine {
         ans: &OriginAnswer,
     ) -> Result<Arc<Object>, trove_store::Refused> {
         let obj = self.store.insert(object)?;
-        let _ = obj.body.append_now(ans.body.clone());
+        let _ = match &ans.body {
+            AnswerBody::Bytes(b) => obj.body.append_now(b.clone()),
+            AnswerBody::Sized(n) => obj.body.append_sized_now(*n),
+        };
         obj.body.finish(Ok(()));
         self.store.recharge(&obj);
         Ok(obj)
@@ -504,7 +536,7 @@ fn response_head<'a>(
     ResponseHead {
         status: ans.status,
         headers,
-        content_length: Some(ans.body.len() as u64),
+        content_length: Some(ans.body.len()),
         request_time: now,
         response_time: now,
     }

@@ -35,7 +35,7 @@ impl Origin for Script {
         Ok(OriginAnswer {
             status: StatusCode::from_u16(status).unwrap(),
             headers,
-            body: bytes::Bytes::from_static(body.as_bytes()),
+            body: bytes::Bytes::from_static(body.as_bytes()).into(),
         })
     }
 }

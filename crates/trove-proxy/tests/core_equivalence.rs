@@ -223,7 +223,7 @@ impl engine::Origin for ScriptedOrigin {
         Ok(OriginAnswer {
             status: StatusCode::from_u16(status).unwrap(),
             headers: header_map(&headers),
-            body: bytes::Bytes::from_static(body.as_bytes()),
+            body: bytes::Bytes::from_static(body.as_bytes()).into(),
         })
     }
 }

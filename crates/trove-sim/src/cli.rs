@@ -10,10 +10,11 @@ use trove_cache::{CookiePolicy, RequestCookiePolicy};
 use trove_http::Policy;
 use trove_store::EvictionKind;
 
-use crate::assume::Assumptions;
+use crate::assume::{Assume, Assumptions, Head};
 use crate::net::{AbortModel, Params, Preset};
 use crate::replay::{Config, Replay};
 use crate::sweep::{self, Progress, Report};
+use crate::trace::squid::Writer;
 use crate::trace::synthetic::{SyntheticReader, SyntheticSpec};
 use crate::trace::{Format, TraceReader};
 
@@ -61,6 +62,15 @@ pub struct ConvertArgs {
     /// Seed of a synthetic trace's draws.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+}
+
+/// `--head`: what a Squid log's byte counts hold besides the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeadArg {
+    Auto,
+    None,
+    Trove,
+    Squid,
 }
 
 /// Which connections the proxy keeps open for reuse.
@@ -111,9 +121,22 @@ pub struct ReplayArgs {
     /// Freshness given to cachable responses when the trace has no headers, seconds.
     #[arg(long, default_value_t = 3600)]
     pub freshness: u64,
-    /// Treat `?` and `cgi-bin` URLs as cachable.
-    #[arg(long)]
-    pub cache_dynamic: bool,
+    /// Whose log this is, for what it cannot say: `trove` (trove's own access log: follow
+    /// what trove did: `?` URLs cachable, trove's response head off each byte count),
+    /// `other` (seed 003's rules: `?` and `cgi-bin` URLs uncachable), or `auto`: trove's
+    /// if it looks like trove's (its hierarchy field names origins by host, its result codes
+    /// are trove's).
+    #[arg(long, value_enum, default_value_t = Assume::Auto)]
+    pub assume: Assume,
+    /// What a Squid log's byte counts hold besides the body: `auto` (trove's response head
+    /// for trove's log, an estimated Squid head for another's), `trove`, `squid`, or `none`
+    /// (a log that counts bodies only).
+    #[arg(long, value_enum, default_value_t = HeadArg::Auto)]
+    pub head: HeadArg,
+    /// Treat `?` and `cgi-bin` URLs as cachable (`--cache-dynamic`, as `--assume trove`
+    /// does) or not (`--cache-dynamic=false`, as `--assume other` does).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub cache_dynamic: Option<bool>,
     /// Fraction of (client, URL) pairs whose requests carry a cookie.
     #[arg(long, default_value_t = 0.0)]
     pub cookie_fraction: f64,
@@ -433,14 +456,45 @@ pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
     Ok(out)
 }
 
-/// The assumptions the arguments ask for.
-pub fn assumptions(a: &ReplayArgs) -> anyhow::Result<Assumptions> {
+/// The assumptions the arguments ask for, for the trace `opened`.
+pub fn assumptions(a: &ReplayArgs, opened: &Opened) -> anyhow::Result<Assumptions> {
     anyhow::ensure!(
         (0.0..=1.0).contains(&a.cookie_fraction),
         "--cookie-fraction is a fraction within 0..=1"
     );
+    let squid = opened.format == Format::Squid.as_str();
+    let (log, log_reason) = match a.assume {
+        Assume::Trove => (Assume::Trove, "--assume trove".to_string()),
+        Assume::Other => (Assume::Other, "--assume other".to_string()),
+        Assume::Auto => match opened.writer {
+            Some(Writer::Trove) => (
+                Assume::Trove,
+                "recognised: its hierarchy field names origins by host, its result codes are trove's".to_string(),
+            ),
+            Some(Writer::Other) => (
+                Assume::Other,
+                "not trove's: a hierarchy or result code trove never writes".to_string(),
+            ),
+            Some(Writer::Unknown) => (
+                Assume::Other,
+                "not recognised as trove's (origins named by IP address only?): say --assume trove if it is".to_string(),
+            ),
+            None => (
+                Assume::Other,
+                format!("a {} trace; trove writes Squid's format", opened.format),
+            ),
+        },
+    };
+    let head = match (a.head, squid, log) {
+        (HeadArg::None, ..) | (HeadArg::Auto, false, _) => Head::None,
+        (HeadArg::Trove, ..) | (HeadArg::Auto, true, Assume::Trove) => Head::Trove,
+        (HeadArg::Squid, ..) | (HeadArg::Auto, true, _) => Head::Squid,
+    };
     Ok(Assumptions {
-        dynamic_uncachable: !a.cache_dynamic,
+        log,
+        log_reason,
+        head,
+        dynamic_uncachable: !a.cache_dynamic.unwrap_or(log == Assume::Trove),
         freshness: Duration::from_secs(a.freshness),
         cookie_fraction: a.cookie_fraction,
     })
@@ -452,6 +506,8 @@ pub struct Opened {
     pub reader: Box<dyn TraceReader>,
     pub format: &'static str,
     pub total: Option<u64>,
+    /// Who wrote a Squid log, as its first lines tell.
+    pub writer: Option<Writer>,
 }
 
 /// Opens the trace `src` names.
@@ -481,6 +537,7 @@ pub fn open(src: &Source<'_>) -> anyhow::Result<Opened> {
             reader: Box::new(reader),
             format: "synthetic",
             total: Some(src.requests),
+            writer: None,
         });
     }
     // Large reads: a trace is read front to back once, and a bigger buffer means fewer
@@ -501,10 +558,15 @@ pub fn open(src: &Source<'_>) -> anyhow::Result<Opened> {
         Some(f) => f,
         None => detect(&mut input)?,
     };
+    // The first lines (what the buffer holds: up to a megabyte) say whose log it is.
+    let writer = (format == Format::Squid)
+        .then(|| input.fill_buf().map(crate::trace::squid::writer))
+        .transpose()?;
     Ok(Opened {
         reader: format.reader(input, src.host),
         format: format.as_str(),
         total,
+        writer,
     })
 }
 
@@ -512,7 +574,8 @@ pub fn open(src: &Source<'_>) -> anyhow::Result<Opened> {
 pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
     let src = a.source()?;
     let configs = configs(a)?;
-    let assume = assumptions(a)?;
+    let opened = open(&src)?;
+    let assume = assumptions(a, &opened)?;
     let progress = if a.quiet {
         Progress::Off
     } else {
@@ -534,7 +597,6 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
         a.threads.clamp(1, configs.len())
     };
     if threads == 1 {
-        let opened = open(&src)?;
         let replay = outcomes(Replay::new(assume.clone(), configs))?;
         return sweep::run(
             opened.reader,
@@ -546,6 +608,7 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
             progress,
         );
     }
+    drop(opened);
     // Contiguous groups, so the results come back in the order asked for and the first
     // configuration (whose outcomes `--outcomes` writes) is in the first group.
     let per = configs.len().div_ceil(threads);

@@ -13,15 +13,31 @@ pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::FixedState>;
 #[derive(Debug, Default)]
 pub struct Names {
     ids: FastMap<Box<str>, u32>,
+    /// The name asked for last and its id: traces name one client (`-`) or the same one
+    /// many times in a row, which then costs a comparison, not a hash.
+    last: String,
+    last_id: Option<u32>,
 }
 
 impl Names {
     pub fn id(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
+        if let Some(id) = self.last_id {
+            if self.last == s {
+                return id;
+            }
         }
-        let id = self.ids.len() as u32;
-        self.ids.insert(s.into(), id);
+        let id = match self.ids.get(s) {
+            Some(&id) => id,
+            None => {
+                let id = self.ids.len() as u32;
+                self.ids.insert(s.into(), id);
+                id
+            }
+        };
+        // Reused: no allocation once it has held the longest name.
+        self.last.clear();
+        self.last.push_str(s);
+        self.last_id = Some(id);
         id
     }
 

@@ -4,13 +4,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, DATE, ETAG, IF_NONE_MATCH};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use trove_cache::engine::{Forward, Origin, OriginAnswer};
+use trove_cache::engine::{AnswerBody, Forward, Origin, OriginAnswer};
 use trove_cache::OriginFailure;
 
-use crate::assume::Assumptions;
+use crate::assume::{Assumptions, Head};
 use crate::intern::FastMap;
 
 /// What the origin holds for the URL being replayed.
@@ -28,19 +27,60 @@ pub struct Wanted<'a> {
     pub content_type: &'a str,
 }
 
-/// What answering needs that can be made once instead of per miss: the zero-filled body
-/// buffer and header values (`max-age`, content types, the `Date` of the current virtual
-/// second). A `HeaderValue` clone is a reference count, its construction an allocation and
-/// a copy (and for a date, formatting).
+/// What answering needs that can be made once instead of per miss: header values
+/// (`max-age`, content types, the `Date` of the current virtual second), and what a log's
+/// byte counts hold besides bodies. A `HeaderValue` clone is a reference count, its
+/// construction an allocation and a copy (and for a date, formatting).
 #[derive(Debug, Default)]
 pub struct Scratch {
-    pub zeros: Zeros,
     max_age: Option<(u64, HeaderValue)>,
     types: FastMap<Box<str>, Option<HeaderValue>>,
     date: Option<(u64, HeaderValue)>,
+    /// [`Scratch::stored_fields`] by content type, uncachable and cachable.
+    stored: [FastMap<Box<str>, u64>; 2],
+    /// [`Head::added`] by result code and status (a log has a handful).
+    added: Vec<(Box<str>, u16, u64)>,
 }
 
 impl Scratch {
+    /// [`Head::added`], worked out once for each result code and status.
+    pub fn head_added(&mut self, head: Head, result: &str, status: u16) -> u64 {
+        if let Some(&(_, _, n)) = self
+            .added
+            .iter()
+            .find(|(r, s, _)| *s == status && **r == *result)
+        {
+            return n;
+        }
+        let n = head.added(result, status);
+        // A hostile log's distinct codes are bounded by its lines; a real one has a few.
+        if self.added.len() < 256 {
+            self.added.push((result.into(), status, n));
+        }
+        n
+    }
+
+    /// What the header fields of the answer to `w` come to once stored, as the store
+    /// charges them (name, value and 4 bytes each): the origin's fields with its `Date`,
+    /// cleaned as the engine cleans them (adding the cache's `via`). Depends on whether the
+    /// answer is cachable and its content type only (a `Date` is always 29 bytes), so it is
+    /// worked out once for each.
+    pub fn stored_fields(&mut self, a: &Assumptions, w: &Wanted<'_>, via: &HeaderValue) -> u64 {
+        let i = usize::from(w.cachable);
+        if let Some(&n) = self.stored[i].get(w.content_type) {
+            return n;
+        }
+        let mut h = answer(a, w, None, self).headers;
+        h.insert(DATE, self.date(UNIX_EPOCH));
+        trove_cache::respond::clean_response_headers_in_place(&mut h, via, UNIX_EPOCH);
+        let n = h
+            .iter()
+            .map(|(k, v)| (k.as_str().len() + v.len() + 4) as u64)
+            .sum();
+        self.stored[i].insert(w.content_type.into(), n);
+        n
+    }
+
     fn max_age(&mut self, secs: u64) -> HeaderValue {
         match &self.max_age {
             Some((s, v)) if *s == secs => v.clone(),
@@ -106,13 +146,15 @@ pub fn answer(
         return OriginAnswer {
             status: StatusCode::NOT_MODIFIED,
             headers,
-            body: Bytes::new(),
+            body: AnswerBody::Sized(0),
         };
     }
     OriginAnswer {
         status,
         headers,
-        body: scratch.zeros.take(w.size),
+        // Size-only: the store charges and counts it and nobody reads it, so an object of
+        // any size costs the replay no memory.
+        body: AnswerBody::Sized(w.size),
     }
 }
 
@@ -141,23 +183,6 @@ fn max_age(secs: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("max-age={secs}")).expect("ascii")
 }
 
-/// Zero-filled bodies of any size from one shared buffer, so a miss costs no allocation
-/// (the buffer grows by doubling and its pages are never touched: the store only counts
-/// body bytes).
-#[derive(Debug, Default)]
-pub struct Zeros(Bytes);
-
-impl Zeros {
-    pub fn take(&mut self, len: u64) -> Bytes {
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if self.0.len() < len {
-            let cap = len.checked_next_power_of_two().unwrap_or(len).max(1 << 16);
-            self.0 = Bytes::from(vec![0u8; cap]);
-        }
-        self.0.slice(..len)
-    }
-}
-
 /// What the origin did during one replayed request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Asked {
@@ -184,7 +209,7 @@ impl Origin for TraceOrigin<'_> {
         let mut ans = answer(self.assumptions, &self.wanted, inm, self.scratch);
         ans.headers.insert(DATE, self.scratch.date(self.now));
         self.asked.requests += 1;
-        self.asked.body_bytes += ans.body.len() as u64;
+        self.asked.body_bytes += ans.body.len();
         Ok(ans)
     }
 }

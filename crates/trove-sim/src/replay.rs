@@ -19,7 +19,7 @@ use trove_cache::{CookiePolicy, Outcome, Step};
 use trove_http::Policy;
 use trove_store::{EvictionKind, MemoryStore, Removal, Storage};
 
-use crate::assume::{guess_type, Assumptions};
+use crate::assume::{guess_type, is_hit_result, Assumptions, Head};
 use crate::intern::{FastMap, FastSet, Names};
 use crate::net::{Exchange, NetModel, NetReport, Params};
 use crate::origin::{Asked, Scratch, TraceOrigin, Wanted};
@@ -30,6 +30,10 @@ use crate::trace::Record;
 /// `trove serve` splits its memory store into this many shards; eviction order depends on
 /// it, so the replay uses the same.
 pub const STORE_SHARDS: usize = 16;
+
+/// `trove serve` names itself `trove-xxxx` in `Via`; a stored head is charged by its
+/// length, so the replay's is as long.
+const VIA: &str = "1.1 trove-0000";
 
 /// One cache configuration to replay.
 #[derive(Debug, Clone)]
@@ -74,9 +78,7 @@ impl Sim {
             cfg.policy,
         ));
         let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
-        // `trove serve` names itself `trove-xxxx` in `Via`; a stored head is charged by its
-        // length, so the replay's is as long.
-        engine.via = HeaderValue::from_static("1.1 trove-0000");
+        engine.via = HeaderValue::from_static(VIA);
         let net = cfg.net.clone().map(NetModel::new);
         Sim {
             cfg,
@@ -94,7 +96,7 @@ struct UrlInfo {
     server: u32,
     dynamic: bool,
     content_type: &'static str,
-    /// Largest byte count a 200 for it has logged (its size when the log does not say).
+    /// Largest body a 200 for it has logged (its size when the log does not say).
     largest: u64,
 }
 
@@ -126,6 +128,7 @@ pub struct Replay {
     first: Option<f64>,
     plain: HeaderMap,
     cookie: HeaderMap,
+    via: HeaderValue,
     /// Records whose URL names nothing a cache could hold (CONNECT targets, garbage).
     pub unreplayable: u64,
     pub replayed: u64,
@@ -151,6 +154,7 @@ impl Replay {
             first: None,
             plain: HeaderMap::new(),
             cookie,
+            via: HeaderValue::from_static(VIA),
             unreplayable: 0,
             replayed: 0,
             outcomes: None,
@@ -249,34 +253,24 @@ impl Replay {
         self.clock = self.clock.max(r.time);
         self.first.get_or_insert(r.time);
         let now = UNIX_EPOCH + Duration::from_secs_f64(self.clock.max(0.0));
-        let (key, server, dynamic, guessed_type, size) = match known {
+        let (server, dynamic, guessed_type, largest) = match known {
             Ok(id) => {
-                let info = &mut self.info[id as usize];
-                let size = match r.object_size {
-                    Some(s) => s,
-                    None => {
-                        if r.status == 200 {
-                            info.largest = info.largest.max(r.bytes);
-                        }
-                        info.largest.max(r.bytes)
-                    }
-                };
+                let info = &self.info[id as usize];
                 (
-                    &*info.key,
                     info.server,
                     info.dynamic,
                     info.content_type,
-                    size,
+                    Some((id, info.largest)),
                 )
             }
             // `guess_type` finds no extension in `ID_HOST` and digits (a test checks).
-            Err(size) => (r.url, id_server, false, "", size),
+            Err(_) => (id_server, false, "", None),
         };
         let cachable =
             r.content_type != UNCACHABLE && !(dynamic && self.assumptions.dynamic_uncachable);
-        let wanted = Wanted {
+        let mut wanted = Wanted {
             status: r.status,
-            size,
+            size: 0,
             version: r.object_size.unwrap_or(0),
             cachable,
             content_type: if r.content_type.is_empty() || r.content_type == UNCACHABLE {
@@ -284,6 +278,42 @@ impl Replay {
             } else {
                 r.content_type
             },
+        };
+        // The body the record's byte count holds, and the object's size.
+        let (body, size) = match (r.object_size, largest) {
+            (Some(size), _) => (r.bytes, size),
+            (None, None) => (r.bytes, r.bytes),
+            (None, Some((id, largest))) => {
+                let head = self.assumptions.head;
+                let (added, fields) = match head {
+                    Head::None => (0, 0),
+                    _ => (
+                        self.scratch.head_added(head, r.result, r.status),
+                        self.scratch
+                            .stored_fields(&self.assumptions, &wanted, &self.via),
+                    ),
+                };
+                let mut body = head.body(r.bytes, r.status, added, fields);
+                // A hit's head is not known to the byte (its `Age`): once a miss has said
+                // what the object's size is, a hit's count does not change it.
+                let hit = head == Head::Trove && is_hit_result(r.result);
+                if hit && largest > 0 {
+                    body = body.min(largest);
+                }
+                let largest = if r.status == 200 {
+                    let l = largest.max(body);
+                    self.info[id as usize].largest = l;
+                    l
+                } else {
+                    largest
+                };
+                (body, largest.max(body))
+            }
+        };
+        wanted.size = size;
+        let key = match known {
+            Ok(id) => &*self.info[id as usize].key,
+            Err(_) => r.url,
         };
         let method = match r.method {
             "GET" => Method::GET,
@@ -295,11 +325,7 @@ impl Replay {
         } else {
             &self.plain
         };
-        let client = if self.sims.iter().any(|s| s.net.is_some()) {
-            self.clients.id(r.client)
-        } else {
-            0
-        };
+        let client = self.clients.id(r.client);
         for (i, sim) in self.sims.iter_mut().enumerate() {
             let mut origin = TraceOrigin {
                 assumptions: &self.assumptions,
@@ -313,13 +339,13 @@ impl Replay {
             let hit = served.outcome.is_hit();
             let c = &mut sim.c;
             c.requests += 1;
-            c.bytes += r.bytes;
+            c.bytes = c.bytes.saturating_add(r.bytes);
             if hit {
                 c.hits += 1;
-                c.hit_bytes += r.bytes;
+                c.hit_bytes = c.hit_bytes.saturating_add(r.bytes);
             }
             c.origin_requests += u64::from(asked.requests);
-            c.origin_body_bytes += asked.body_bytes;
+            c.origin_body_bytes = c.origin_body_bytes.saturating_add(asked.body_bytes);
             c.outcomes[served.outcome.index()] += 1;
             if let Some(net) = &mut sim.net {
                 let storing = served.steps.contains(&Step::Store);
@@ -327,8 +353,8 @@ impl Replay {
                     time: self.clock,
                     client,
                     server,
-                    delivered: r.bytes.min(size.max(r.bytes)),
-                    object_size: size.max(r.bytes),
+                    delivered: body.min(size),
+                    object_size: size,
                     origin_asked: asked.requests > 0,
                     origin_body: asked.body_bytes,
                     storing,

@@ -54,6 +54,7 @@ fn run(assume: Assumptions, cfg: Config, recs: &[Rec]) -> ConfigReport {
             method: "GET",
             url,
             status: 200,
+            result: "",
             bytes,
             object_size: Some(size),
             content_type: "",

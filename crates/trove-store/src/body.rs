@@ -416,6 +416,20 @@ impl Body {
         Ok(())
     }
 
+    /// Appends `len` bytes that are counted but never held: a size-only body, for a
+    /// writer whose bytes nobody reads (the simulator's origin, which replays objects of any
+    /// size, up to terabytes, without allocating them). The length, the charge and the
+    /// end are as if the bytes had been appended; a reader finds them released
+    /// ([`BodyError::Released`]). Like [`Body::append_now`], refused once unstored.
+    pub fn append_sized_now(&self, len: u64) -> Result<(), BodyError> {
+        let mut st = self.state.lock();
+        if !st.is_stored() {
+            return Err(BodyError::NoReaders);
+        }
+        st.len = st.len.saturating_add(len);
+        Ok(())
+    }
+
     /// Marks the body complete (or failed). Small complete bodies are joined into one buffer.
     pub fn finish(&self, outcome: Result<(), BodyError>) {
         let spooled;
@@ -957,6 +971,21 @@ mod tests {
         assert_eq!(got.len(), 50);
         assert_eq!(got[49], 4);
         assert_eq!(body.complete_bytes().unwrap().len(), 50, "coalesced");
+    }
+
+    /// A size-only body of a terabyte: its length and charge, none of its bytes.
+    #[tokio::test]
+    async fn a_size_only_body_counts_bytes_it_does_not_hold() {
+        let tib = 1u64 << 40;
+        let body = Body::new(Some(tib));
+        body.append_sized_now(tib).unwrap();
+        body.finish(Ok(()));
+        assert_eq!((body.len(), body.charge(), body.held()), (tib, tib, 0));
+        assert_eq!(body.outcome(), Some(Ok(())));
+        assert!(body.complete_bytes().is_none());
+        assert!(body.complete_chunks().is_none());
+        let mut r = body.reader(0);
+        assert_eq!(r.next().await, Some(Err(BodyError::Released)));
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{bytes, size};
+use crate::assume::{Assume, Head, UNKNOWABLE};
 use crate::sweep::Report;
 
 pub fn render(r: &Report) -> String {
@@ -21,13 +22,33 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "  the trace ended early: {e}");
     }
     let a = &r.assumptions;
+    let log = t.format == "squid" || t.format == "clf";
+    if log {
+        let _ = writeln!(
+            o,
+            "log: {} ({})",
+            match a.log {
+                Assume::Trove => "trove's own, replayed to follow what trove did",
+                _ => "another cache's or server's, replayed by seed 003's rules",
+            },
+            a.log_reason
+        );
+    }
     let _ = writeln!(
         o,
-        "assumptions: freshness {} s, '?'/cgi-bin URLs {}, cookies on {:.0}% of (client, URL) pairs",
+        "assumptions: freshness {} s, '?'/cgi-bin URLs {}, cookies on {:.0}% of (client, URL) pairs{}",
         a.freshness.as_secs(),
         if a.dynamic_uncachable { "uncachable" } else { "cachable" },
-        a.cookie_fraction * 100.0
+        a.cookie_fraction * 100.0,
+        match a.head {
+            Head::None => "",
+            Head::Trove => "; byte counts less the response head trove sends with each result code",
+            Head::Squid => "; byte counts less an estimated Squid response head",
+        }
     );
+    if log {
+        let _ = writeln!(o, "a log cannot tell: {UNKNOWABLE}");
+    }
     let _ = write!(
         o,
         "replayed in {:.2} s ({:.0} records/s through {} configurations",

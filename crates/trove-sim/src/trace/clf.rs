@@ -56,7 +56,7 @@ pub fn parse(line: &[u8]) -> Option<Parsed<'_>> {
     let status: u16 = num(after.next()?)?;
     let bytes = match after.next()? {
         b"-" => 0,
-        b => num(b)?,
+        b => super::sane_size(num(b)?)?,
     };
     Some(Parsed {
         time,
@@ -152,6 +152,7 @@ impl<R: BufRead> TraceReader for ClfReader<R> {
             method: p.method,
             url: &self.url,
             status: p.status,
+            result: "",
             bytes: p.bytes,
             object_size: None,
             content_type: "",
@@ -182,6 +183,7 @@ mod tests {
 10.1.1.1 - - [10/Oct/2000:20:55:37 +0000] "GET /a?b=1 HTTP/1.1" 304 - "http://ref/" "Mozilla/5.0 (X11)"
 not a log line
 10.1.1.1 - - [10/Foo/2000:20:55:37 +0000] "GET / HTTP/1.1" 200 1
+10.1.1.1 - - [10/Oct/2000:20:55:37 +0000] "GET / HTTP/1.1" 200 99999999999999999
 "#;
         let mut r = ClfReader::new(log.as_bytes(), "http://www.example.com");
         let a = r.next_record().unwrap();
@@ -196,7 +198,11 @@ not a log line
             ("http://www.example.com/a?b=1", 304, 0)
         );
         assert!(r.next_record().is_none());
-        assert_eq!(r.skipped().bad_lines, 2);
+        assert_eq!(
+            r.skipped().bad_lines,
+            3,
+            "an absurd byte count is a bad line"
+        );
     }
 
     #[test]

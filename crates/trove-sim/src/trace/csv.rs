@@ -46,7 +46,7 @@ pub fn parse(line: &[u8]) -> Option<(f64, &str, u64)> {
     if !time.is_finite() || id.is_empty() {
         return None;
     }
-    Some((time, id, size))
+    Some((time, id, super::sane_size(size)?))
 }
 
 /// The URL a numeric id stands for.
@@ -128,6 +128,7 @@ impl<R: BufRead> TraceReader for CsvReader<R> {
                 method: "GET",
                 url: &self.url,
                 status: 200,
+                result: "",
                 bytes: size,
                 object_size: Some(size),
                 content_type: "",
@@ -195,6 +196,9 @@ mod tests {
         );
         assert_eq!(parse(b"1,a,18446744073709551616"), None, "a size past u64");
         assert_eq!(parse(b"1,a,-5"), None);
+        assert_eq!(parse(b"1,a,1099511627776"), Some((1.0, "a", 1 << 40)));
+        assert_eq!(parse(b"1,a,1099511627777"), None, "past MAX_OBJECT_SIZE");
+        assert_eq!(parse(b"1,2,1000000000000000000"), None);
         assert_eq!(parse(b"1,a"), None);
         assert_eq!(parse(b"inf,a,1"), None);
         assert_eq!(parse(b"1,\xff,1"), None, "ids are text");

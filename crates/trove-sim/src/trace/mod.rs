@@ -3,6 +3,9 @@
 //! allocation). A line that does not parse is counted and skipped, never fatal: real logs
 //! carry truncated last lines, binary junk and comments, and one bad line must not cost an
 //! operator a night's replay.
+//!
+//! A size is a count, never an allocation (the replay's bodies are size-only), but a size
+//! past [`MAX_OBJECT_SIZE`] is no object a log could record: such a line is counted bad.
 
 pub mod clf;
 pub mod csv;
@@ -12,10 +15,22 @@ pub mod synthetic;
 
 use std::io::BufRead;
 
+/// The largest object, or transfer, a trace may give: 1 TiB. Real logs record transfers
+/// of tens of gigabytes at most (disk images, backups); a larger count is corruption (a
+/// torn line, a counter written as garbage), and `1000000000000000000` bytes would be a
+/// million terabytes. Lines past it are counted bad.
+pub const MAX_OBJECT_SIZE: u64 = 1 << 40;
+
+/// `n` if it is a size a trace may give (see [`MAX_OBJECT_SIZE`]).
+pub fn sane_size(n: u64) -> Option<u64> {
+    (n <= MAX_OBJECT_SIZE).then_some(n)
+}
+
 /// One request of a trace, borrowed from the reader's line buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record<'a> {
-    /// Seconds since the Unix epoch (or since the trace's own origin of time).
+    /// When the request started, seconds since the Unix epoch (or since the trace's own
+    /// origin of time). A Squid log records completion; its reader gives the start.
     pub time: f64,
     /// Who asked: a client address or id (the network model keeps connections per client).
     pub client: &'a str,
@@ -24,7 +39,12 @@ pub struct Record<'a> {
     pub url: &'a str,
     /// The status the log recorded.
     pub status: u16,
-    /// Body bytes the client received (short of the object's size: an aborted transfer).
+    /// What the logging cache did, as its log says (`TCP_MISS`, `TCP_MEM_HIT` …), or empty
+    /// when the format has no such field. The replay decides for itself; this only says
+    /// what the byte count holds (a hit's response head differs from a miss's).
+    pub result: &'a str,
+    /// Bytes the client received: the body (short of the object's size: an aborted
+    /// transfer), and in a Squid log the response head too.
     pub bytes: u64,
     /// The object's full size when the format knows it (CSV, synthetic traces).
     pub object_size: Option<u64>,

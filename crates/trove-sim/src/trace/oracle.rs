@@ -110,6 +110,7 @@ impl<R: BufRead> TraceReader for OracleReader<R> {
             method: "GET",
             url: &self.url,
             status: 200,
+            result: "",
             bytes: u64::from(size),
             object_size: Some(u64::from(size)),
             content_type: "",

@@ -148,6 +148,7 @@ impl TraceReader for SyntheticReader {
             method: "GET",
             url: &self.url,
             status: 200,
+            result: "",
             bytes,
             object_size: Some(spec.size),
             content_type: if spec.cachable { mime } else { UNCACHABLE },
