@@ -630,6 +630,37 @@ async fn purge_removes_a_stored_url() {
     assert_eq!(r.status, 404);
 }
 
+/// An object a tag or prefix rule removed is not a `Vary` miss: `Cache-Status` says it was
+/// invalidated (RFC 9211 has no `fwd` token for it, so a `detail`).
+#[tokio::test]
+async fn an_invalidated_object_is_a_miss_with_detail_invalidated_9211_2_8() {
+    let (origin, trove, _) =
+        twice(&[("cache-control", "max-age=60"), ("surrogate-key", "t1")]).await;
+    let purge = trove
+        .client()
+        .await
+        .request("PURGE", "/", &[("trove-purge-tag", "t1")])
+        .await;
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let r = kit::get(&trove, URL, &[]).await;
+    assert_eq!(origin.hits(), 2);
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=miss; fwd-status=200; stored; detail=invalidated")
+    );
+    let purge = trove
+        .client()
+        .await
+        .request("PURGE", "/", &[("trove-purge-prefix", "1")])
+        .await;
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let r = kit::get(&trove, URL, &[]).await;
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=miss; fwd-status=200; stored; detail=invalidated")
+    );
+}
+
 #[tokio::test]
 async fn concurrent_misses_collapse_into_one_origin_fetch() {
     let origin = Origin::start(|_, _| Action::Slow {
