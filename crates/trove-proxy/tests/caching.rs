@@ -661,6 +661,35 @@ async fn an_invalidated_object_is_a_miss_with_detail_invalidated_9211_2_8() {
     );
 }
 
+/// `Trove-Purge-Tag:` with no tag is a mistake (an unset variable in a script), not a
+/// request to purge the URL: it is refused and nothing is removed.
+#[tokio::test]
+async fn purge_with_an_empty_tag_field_is_refused() {
+    let (origin, trove, _) = twice(&[("cache-control", "max-age=60")]).await;
+    for field in [
+        "trove-purge-tag",
+        "xkey-purge",
+        "xkey-softpurge",
+        "trove-purge-cache",
+    ] {
+        let r = trove
+            .client()
+            .await
+            .request("PURGE", URL, &[(field, "")])
+            .await;
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+        assert!(r.text().contains(field), "{field}: {}", r.text());
+        let r = trove
+            .client()
+            .await
+            .request("PURGE", URL, &[(field, " , ")])
+            .await;
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+    }
+    kit::get(&trove, URL, &[]).await;
+    assert_eq!(origin.hits(), 1, "still stored");
+}
+
 #[tokio::test]
 async fn concurrent_misses_collapse_into_one_origin_fetch() {
     let origin = Origin::start(|_, _| Action::Slow {

@@ -1207,6 +1207,17 @@ async fn purge(cx: &Ctx<'_>) -> Reply {
             .map(str::to_string)
             .collect()
     };
+    // A field that names tags (or a cache) but is empty is a mistake, such as an unset
+    // variable in a script: falling back to a purge of the URL would do something else.
+    for name in [pf::TAG, pf::XKEY, pf::XKEY_SOFT, pf::CACHE] {
+        if h.contains_key(name) && words(name).is_empty() {
+            return Reply::simple(
+                StatusCode::BAD_REQUEST,
+                Outcome::Purge,
+                &format!("{name} is empty: name at least one"),
+            );
+        }
+    }
     let soft = flag(pf::SOFT) || h.contains_key(pf::XKEY_SOFT);
     let mode = if soft {
         trove_api::Mode::Soft
