@@ -16,7 +16,7 @@
 pub mod collapse;
 mod deliver;
 mod fetch;
-mod headers;
+pub(crate) mod headers;
 mod range;
 pub mod target;
 
@@ -225,7 +225,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
 /// in memory, not one in DNS. A name that does not resolve (or not within the connect
 /// timeout) is left to the connection, which fails as it always did (502 or 504), and a
 /// stored copy may be served meanwhile.
-async fn check_destination(
+pub(crate) async fn check_destination(
     shared: &Shared,
     target: &Target,
     class: ClientClass,
