@@ -1158,6 +1158,12 @@ fn join(mut pieces: Vec<Bytes>) -> Bytes {
 /// connection closes, since the rest of the body can't be told from a next request.
 fn body_failed(cx: &Ctx<'_>, e: BodyReadError) -> Reply {
     let status = e.status();
+    // A client that went away mid-body sent nothing malformed: its request was a miss the
+    // client abandoned (logged `TCP_MISS_ABORTED`, counted with the aborts by the
+    // connection, which knows it went away).
+    if matches!(e, BodyReadError::Closed | BodyReadError::Io) {
+        return Reply::simple(status, Outcome::Miss, &e.to_string()).closing();
+    }
     let counter = if status == StatusCode::REQUEST_TIMEOUT {
         &cx.shared.metrics.body_timeouts
     } else {

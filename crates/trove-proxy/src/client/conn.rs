@@ -145,6 +145,7 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                     url: "error:invalid-request",
                     peer: None,
                     content_type: "text/plain",
+                    aborted: false,
                 });
                 metrics.record(
                     Outcome::None,
@@ -197,6 +198,7 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 url: &url,
                 peer: (result.status == StatusCode::OK).then_some(url.as_str()),
                 content_type: "-",
+                aborted: false,
             });
             metrics.record(outcome, start.elapsed(), result.bytes_to_client);
             return;
@@ -263,6 +265,7 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
             }
         };
         let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
+        let gone_mid_body = body.client_gone();
         // Stopping: this reply is the connection's last (`Connection: close`).
         let keep_alive =
             head.keep_alive && !reply.close && body_clean && !shared.lifecycle.stopping();
@@ -287,12 +290,16 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
             None => crate::cache::log_url(&head, info.mode),
         };
         let elapsed = start.elapsed();
+        // Squid's `…_ABORTED`: the client went away mid-body or mid-response. One gone
+        // mid-body never got the reply: its status is logged as Squid does, 000.
+        let aborted = gone_mid_body || !written.complete;
+        let status = if gone_mid_body { 0 } else { status.as_u16() };
         shared.log.log(&LogRecord {
             start: start_wall,
             elapsed,
             client: info.peer.ip(),
             outcome,
-            status: status.as_u16(),
+            status,
             bytes: sent,
             method: head.method.as_str(),
             url_host,
@@ -302,8 +309,12 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 .as_ref()
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-"),
+            aborted,
         });
         metrics.record(outcome, elapsed, sent);
+        if aborted {
+            metrics.client_aborts.fetch_add(1, Ordering::Relaxed);
+        }
         if !keep_alive || !written.complete || written.must_close {
             if !body_clean && written.complete {
                 // The client may still be sending the body we gave up on (a 408): closing
@@ -367,6 +378,7 @@ async fn upgraded(
         url: target.key(),
         peer: Some(&peer),
         content_type: "-",
+        aborted: false,
     });
     shared.metrics.record(Outcome::Tunnel, elapsed, bytes);
 }
