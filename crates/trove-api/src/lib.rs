@@ -119,11 +119,16 @@ pub struct NamedCache {
 /// `GET /v1/stats`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
+    /// The memory tier's objects, bytes, budget and evictions, as before tiers were listed
+    /// (`tiers` has every tier, the disk tier too).
     pub objects: u64,
     pub bytes: u64,
     pub capacity: u64,
     pub evictions: u64,
     pub purged: u64,
+    /// Every tier, memory first. Empty from a trove that predates this field.
+    #[serde(default)]
+    pub tiers: Vec<TierStats>,
     /// The newest invalidation's sequence number.
     pub seq: u64,
     /// Invalidation rules not yet retired by the background sweep, and of those bans.
@@ -132,6 +137,26 @@ pub struct Stats {
     /// Distinct tags and named caches with objects, and (object, tag) pairs.
     pub tags: u64,
     pub memberships: u64,
+}
+
+/// One storage tier in [`Stats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStats {
+    /// `memory` or `disk`.
+    pub tier: String,
+    pub objects: u64,
+    pub bytes: u64,
+    pub capacity: u64,
+    /// Objects pushed out to make room (for the disk tier, regions reclaimed).
+    pub evictions: u64,
+    /// Writes to the tier turned away because it could not take them in time (disk: the
+    /// write queue past its crash bound) or at all (dropped, which includes the shed).
+    pub writes_shed: u64,
+    pub writes_dropped: u64,
+    /// The tier is back after a start (the disk index recovered).
+    pub ready: bool,
+    /// The tier failed and trove serves without it.
+    pub failed: bool,
 }
 
 /// One pending ban, in `GET /v1/bans`.

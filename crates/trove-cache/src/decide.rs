@@ -225,13 +225,17 @@ pub fn after_lookup(req: Request<'_>, found: Lookup, rules: Rules<'_>, memo: Mem
                 fwd,
             }
         }
-        Lookup::Found(_, Reuse::Unusable { .. }) | Lookup::Miss | Lookup::VaryMiss => {
+        Lookup::Found(_, Reuse::Unusable { .. })
+        | Lookup::Miss
+        | Lookup::VaryMiss
+        | Lookup::Invalidated => {
             if only_if_cached() {
                 return Action::OnlyIfCached;
             }
             let fwd = match found {
                 Lookup::Miss => Fwd::UriMiss,
                 Lookup::VaryMiss => Fwd::VaryMiss,
+                Lookup::Invalidated => Fwd::Invalidated,
                 _ => Fwd::Miss,
             };
             let (fwd, collapse, conditionals) = match memo {

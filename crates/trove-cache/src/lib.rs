@@ -1,7 +1,7 @@
 //! trove's cache core: every decision a shared cache makes about a request, with no
 //! sockets, no tasks and no clock (`now` is passed in). `trove serve` runs these decisions
 //! over the network; [`engine`] runs the same ones synchronously in virtual time, which is
-//! what the simulator (`trove sim`, still to come) will replay traces through and what the
+//! what the simulator (`trove sim`) replays traces through and what the
 //! equivalence test holds against `trove serve`.
 //!
 //! # The state machine

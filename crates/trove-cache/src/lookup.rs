@@ -22,6 +22,9 @@ pub enum Lookup {
     Miss,
     /// Stored responses exist but none matches this request's `Vary` selecting fields.
     VaryMiss,
+    /// Stored responses existed but an invalidation rule made since they were fetched (a
+    /// purge, a tag, a prefix, a ban) removed them on the way, and nothing else can answer.
+    Invalidated,
     /// A stored response and what the rules say about reusing it.
     Found(Arc<Object>, Reuse),
 }
@@ -85,7 +88,10 @@ impl Lookup {
     pub fn is_miss(&self) -> bool {
         matches!(
             self,
-            Lookup::Miss | Lookup::VaryMiss | Lookup::Found(_, Reuse::Unusable { .. })
+            Lookup::Miss
+                | Lookup::VaryMiss
+                | Lookup::Invalidated
+                | Lookup::Found(_, Reuse::Unusable { .. })
         )
     }
 }
@@ -117,6 +123,7 @@ pub fn judge(
         }
     }
     let mut best: Option<(Arc<Object>, Reuse)> = None;
+    let mut invalidated = false;
     for obj in variants {
         if matches!(obj.body.outcome(), Some(Err(_))) {
             store.remove_object(obj, Removal::Failed);
@@ -126,6 +133,7 @@ pub fn judge(
         if judged == Verdict::Dead {
             // Invalidated by a rule made since it was fetched (a purge, a tag, a ban…).
             store.remove_object(obj, Removal::Purged);
+            invalidated = true;
             continue;
         }
         if obj.head.status == http::StatusCode::PARTIAL_CONTENT && !partial::covers(obj, req) {
@@ -161,6 +169,7 @@ pub fn judge(
     }
     match best {
         Some((obj, r)) => Lookup::Found(obj, r),
+        None if invalidated => Lookup::Invalidated,
         None => Lookup::VaryMiss,
     }
 }

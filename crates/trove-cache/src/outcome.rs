@@ -1,5 +1,5 @@
 //! How a request was served, named once: the access log prints [`Outcome::as_str`] (Squid's
-//! result codes, so existing log tools, and the simulator to come, read trove's logs) and the
+//! result codes, so existing log tools, and `trove sim`, read trove's logs) and the
 //! metrics count by it.
 
 /// The cache outcome of one request.

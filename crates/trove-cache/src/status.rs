@@ -31,6 +31,11 @@ pub enum Fwd {
     Stale,
     /// Only part of the response was stored: the rest was asked for (RFC 9111 §3.4).
     Partial,
+    /// A stored response was there, but an invalidation rule made since it was fetched (a
+    /// purge, a tag, a prefix, a ban) removed it. RFC 9211 has no `fwd` token for this, so
+    /// it is sent as `fwd=miss` with `detail=invalidated` (unless the new response brings
+    /// a more specific detail, such as why it could not be stored).
+    Invalidated,
 }
 
 impl Fwd {
@@ -44,6 +49,15 @@ impl Fwd {
             Fwd::Request => "request",
             Fwd::Stale => "stale",
             Fwd::Partial => "partial",
+            Fwd::Invalidated => "miss",
+        }
+    }
+
+    /// The `detail` this reason implies when nothing more specific is known.
+    pub fn detail(self) -> Option<Detail> {
+        match self {
+            Fwd::Invalidated => Some(Detail::Invalidated),
+            _ => None,
         }
     }
 }
@@ -151,6 +165,8 @@ pub enum Detail {
     OnlyIfCached,
     /// A fresh hit read from the disk tier, not from memory (the access log's `TCP_HIT`).
     Disk,
+    /// The stored response was removed by an invalidation rule ([`Fwd::Invalidated`]).
+    Invalidated,
 }
 
 impl Detail {
@@ -167,6 +183,7 @@ impl Detail {
             Detail::Origin(f) => f.as_str(),
             Detail::OnlyIfCached => "only-if-cached",
             Detail::Disk => "disk",
+            Detail::Invalidated => "invalidated",
         }
     }
 }
@@ -232,6 +249,7 @@ impl CacheStatus {
     pub fn forward(fwd: Fwd) -> CacheStatus {
         CacheStatus {
             fwd: Some(fwd),
+            detail: fwd.detail(),
             ..CacheStatus::default()
         }
     }

@@ -11,6 +11,32 @@
 //! tokio `TcpStream` or `UnixStream`: the same HTTP stack as the server, no pool to
 //! configure, and Unix sockets without another crate. JSON with serde, using the wire
 //! types of `trove-api` that the server uses too.
+//!
+//! Storing an object with a tag and purging the tag (docs/api.md shows the same code):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use bytes::Bytes;
+//! use trove_client::wire::Mode;
+//! use trove_client::{Client, Endpoint, PutOptions};
+//!
+//! async fn publish(token: &str, body: Bytes) -> anyhow::Result<()> {
+//!     // An address that does not parse is a message (a `String`), not an error type.
+//!     let api: Endpoint = "unix:/run/trove/admin-9090.sock"
+//!         .parse()
+//!         .map_err(anyhow::Error::msg)?;
+//!     let c = Client::new(api, Some(token));
+//!     let opts = PutOptions {
+//!         ttl: Some(Duration::from_secs(600)),
+//!         tags: vec!["product-42".into()],
+//!         ..Default::default()
+//!     };
+//!     c.put("http://shop.example.com/products/42", body, &opts).await?;
+//!     c.purge_tag("product-42", Mode::Hard).await?;
+//!     Ok(())
+//! }
+//! ```
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -43,10 +43,49 @@ pub fn strip_connection_fields(headers: &mut HeaderMap) {
     }
 }
 
+/// The protocols a request asks to switch to (RFC 9110 §7.8): its `Upgrade` field, when
+/// `Connection` names `upgrade` too (a sender of `Upgrade` must, §7.8; without it the field
+/// is a stray one to drop). `h2c` is left out: RFC 9113 §3.1 retired that upgrade, and a
+/// proxy that passed it on would hand its client an HTTP/2 connection it never spoke.
+/// `None` when nothing is left to ask for.
+pub fn upgrade_protocols(headers: &HeaderMap) -> Option<String> {
+    let connection = combined(headers, &header::CONNECTION)?;
+    if !split_list(&connection)
+        .iter()
+        .any(|o| o.eq_ignore_ascii_case("upgrade"))
+    {
+        return None;
+    }
+    let upgrade = combined(headers, &header::UPGRADE)?;
+    let wanted: Vec<&str> = split_list(&upgrade)
+        .into_iter()
+        .filter(|p| !p.eq_ignore_ascii_case("h2c"))
+        .collect();
+    (!wanted.is_empty()).then(|| wanted.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn upgrade_needs_both_fields_and_skips_h2c_9110_7_8() {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(upgrade_protocols(&h), None, "no Connection: upgrade");
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert_eq!(upgrade_protocols(&h).as_deref(), Some("websocket"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        assert_eq!(upgrade_protocols(&h), None);
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c, foo/2"));
+        assert_eq!(upgrade_protocols(&h).as_deref(), Some("foo/2"));
+        h.remove(header::UPGRADE);
+        assert_eq!(upgrade_protocols(&h), None);
+    }
 
     #[test]
     fn connection_options_and_fixed_fields_are_removed_9110_7_6_1() {

@@ -1,20 +1,30 @@
-//! HTTP-date (RFC 9110 §5.6.7), read as leniently as the RFC recommends.
+//! HTTP-date (RFC 9110 §5.6.7), read as strictly as RFC 9111 §5.3 needs.
 //!
-//! A recipient must accept all three forms: IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
-//! the obsolete RFC 850 form (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6
-//! 08:49:37 1994`), and §5.6.7 asks it to be lenient beyond that, since dates come from
-//! every kind of server. So: names in any case, a weekday that does not match the date (or
-//! none) ignored, a day of one or two digits however it is padded, full month names, a
-//! two-digit year, and `GMT`, `UT`, `UTC`, `Z` or a numeric offset as the zone (none at all
-//! counts as GMT). What is still refused: anything that is not a calendar date and time of
-//! day (31 February, 25:00), and years outside 1 to 9999.
+//! A recipient must accept the three forms §5.6.7 defines, and only those:
 //!
-//! Written here rather than taken from `httpdate`, which reads the three forms strictly:
-//! a weekday that does not match, a lowercase month or a single-space asctime day make it
-//! refuse the date, and an `Expires` it refuses makes the response stale at once.
+//! - IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`: two-digit day, four-digit year,
+//!   two-digit hour, minute and second, single spaces, `GMT`;
+//! - the obsolete RFC 850 form, `Sunday, 06-Nov-94 08:49:37 GMT`: full weekday name,
+//!   two-digit year;
+//! - asctime, `Sun Nov  6 08:49:37 1994`: the day padded with a space to two characters.
+//!
+//! Leniency stays *within* these forms: names and `GMT` in any case, and a weekday that
+//! does not match the date (it is ignored; the date is what counts). Anything beyond them
+//! (a missing comma, doubled spaces, a one-digit hour, `UTC`, a two-digit year in the
+//! IMF form, a four-digit one in the RFC 850 form) is not an HTTP-date. That matters
+//! because RFC 9111 §5.3 makes a cache treat an invalid `Expires` as a time in the past:
+//! reading `Thu, 18 Aug 50 02:01:18 GMT` as 2050 would keep for decades what its origin
+//! meant to be stale at once. The fields that carry dates say what an invalid one means
+//! ([`crate::field::date_field`] returns `None` and each caller follows its field's rule).
+//!
+//! Written here rather than taken from `httpdate`: that crate refuses a weekday that does
+//! not match and a lowercase month, which §5.6.7 does not ask of a recipient. It is still
+//! the fast path for the form nearly every server sends.
 
 use std::time::{Duration, SystemTime};
 
+/// Weekday names, Monday first, as RFC 850 spells them; IMF-fixdate and asctime use
+/// their first three letters.
 const WEEKDAYS: [&str; 7] = [
     "monday",
     "tuesday",
@@ -26,88 +36,79 @@ const WEEKDAYS: [&str; 7] = [
 ];
 
 const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
 ];
 
-/// Longest input considered: the longest well-formed date is 37 bytes.
-const MAX_LEN: usize = 64;
-
-/// Whether `tok` names `full` (a day or month): its first three letters or more, any case.
-fn names(tok: &str, full: &str) -> bool {
-    tok.len() >= 3 && tok.len() <= full.len() && full[..tok.len()].eq_ignore_ascii_case(tok)
+/// A three-letter weekday name (`day-name`), any case.
+fn short_weekday(b: &[u8]) -> Option<()> {
+    (b.len() == 3
+        && WEEKDAYS
+            .iter()
+            .any(|w| w.as_bytes()[..3].eq_ignore_ascii_case(b)))
+    .then_some(())
 }
 
-fn month(tok: &str) -> Option<u32> {
+/// A full weekday name (`day-name-l`, RFC 850), any case.
+fn long_weekday(b: &[u8]) -> Option<()> {
+    WEEKDAYS
+        .iter()
+        .any(|w| w.as_bytes().eq_ignore_ascii_case(b))
+        .then_some(())
+}
+
+/// A three-letter month name, any case: 1 to 12.
+fn month(b: &[u8]) -> Option<u32> {
     MONTHS
         .iter()
-        .position(|m| names(tok, m))
+        .position(|m| m.as_bytes().eq_ignore_ascii_case(b))
         .map(|i| i as u32 + 1)
 }
 
-fn number(tok: &str, max_digits: usize) -> Option<u32> {
-    if tok.is_empty() || tok.len() > max_digits || !tok.bytes().all(|b| b.is_ascii_digit()) {
+/// Exactly `b.len()` ASCII digits.
+fn digits(b: &[u8]) -> Option<u32> {
+    if b.is_empty() || b.len() > 4 || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    tok.parse().ok()
+    Some(b.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
 }
 
-/// A year of four digits, or of two read as RFC 9110 §5.6.7 asks: the most recent year
-/// with those digits not more than 50 years ahead. Without a clock (these rules take none)
+/// A four-digit year, 0001 to 9999.
+fn year4(b: &[u8]) -> Option<i64> {
+    (b.len() == 4)
+        .then(|| digits(b))
+        .flatten()
+        .map(i64::from)
+        .filter(|y| *y >= 1)
+}
+
+/// RFC 850's two-digit year, read as RFC 9110 §5.6.7 asks: the most recent year with
+/// those digits not more than 50 years ahead. Without a clock (these rules take none)
 /// "ahead" is measured from 2020, so 00–69 are 2000–2069 and 70–99 1970–1999, the pivot
 /// RFC 6265 and most servers use.
-fn year(tok: &str) -> Option<i64> {
-    match tok.len() {
-        2 => {
-            let y = i64::from(number(tok, 2)?);
-            Some(if y < 70 { 2000 + y } else { 1900 + y })
-        }
-        4 => Some(i64::from(number(tok, 4)?)).filter(|y| *y >= 1),
-        _ => None,
-    }
+fn year2(b: &[u8]) -> Option<i64> {
+    let y = i64::from((b.len() == 2).then(|| digits(b)).flatten()?);
+    Some(if y < 70 { 2000 + y } else { 1900 + y })
 }
 
-/// `hh:mm:ss`, one or two digits each; a leap second (60) is accepted.
-fn time_of_day(tok: &str) -> Option<i64> {
-    let mut parts = tok.split(':');
-    let h = number(parts.next()?, 2)?;
-    let m = number(parts.next()?, 2)?;
-    let s = number(parts.next()?, 2)?;
-    if parts.next().is_some() || h > 23 || m > 59 || s > 60 {
+/// `time-of-day`: `hh:mm:ss`, two digits each; a leap second (60) is accepted.
+fn time_of_day(b: &[u8]) -> Option<i64> {
+    if b.len() != 8 || b[2] != b':' || b[5] != b':' {
+        return None;
+    }
+    let (h, m, s) = (digits(&b[0..2])?, digits(&b[3..5])?, digits(&b[6..8])?);
+    if h > 23 || m > 59 || s > 60 {
         return None;
     }
     Some(i64::from(h) * 3600 + i64::from(m) * 60 + i64::from(s))
 }
 
-/// The zone's offset east of GMT, in seconds.
-fn zone(tok: &str) -> Option<i64> {
-    if ["gmt", "ut", "utc", "z"]
-        .iter()
-        .any(|z| tok.eq_ignore_ascii_case(z))
-    {
-        return Some(0);
-    }
-    let (sign, digits) = match tok.as_bytes().first()? {
-        b'+' => (1, &tok[1..]),
-        b'-' => (-1, &tok[1..]),
-        _ => return None,
-    };
-    if digits.len() != 4 {
-        return None;
-    }
-    let hh = i64::from(number(&digits[..2], 2)?);
-    let mm = i64::from(number(&digits[2..], 2)?);
-    (hh < 24 && mm < 60).then_some(sign * (hh * 3600 + mm * 60))
+fn gmt(b: &[u8]) -> Option<()> {
+    b.eq_ignore_ascii_case(b"GMT").then_some(())
+}
+
+/// `b` is `lit` at `at`.
+fn at(b: &[u8], at: usize, lit: &[u8]) -> Option<()> {
+    (b.get(at..at + lit.len())? == lit).then_some(())
 }
 
 fn days_in_month(y: i64, m: u32) -> u32 {
@@ -130,69 +131,13 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Parses an HTTP-date in any of its forms, leniently (see the module docs). `None` for
-/// anything else; never panics.
-pub fn parse(s: &str) -> Option<SystemTime> {
-    // The form nearly every server sends, IMF-fixdate, read without allocating: a stored
-    // response's dates are read on every hit that carries a condition. `httpdate` reads it
-    // strictly and is only trusted when it accepts; anything else takes the lenient path.
-    if s.len() == 29 && s.ends_with(" GMT") {
-        if let Ok(t) = httpdate::parse_http_date(s) {
-            return Some(t);
-        }
-    }
-    parse_lenient(s)
-}
-
-fn parse_lenient(s: &str) -> Option<SystemTime> {
-    if s.len() > MAX_LEN || !s.is_ascii() {
-        return None;
-    }
-    let mut toks: Vec<&str> = s
-        .split([' ', '\t', ','])
-        .filter(|t| !t.is_empty())
-        .collect();
-    if toks
-        .first()
-        .is_some_and(|t| WEEKDAYS.iter().any(|w| names(t, w)))
-    {
-        toks.remove(0);
-    }
-    // RFC 850's date is one token, `06-Nov-94`.
-    if let Some(first) = toks.first().copied() {
-        let parts: Vec<&str> = first.split('-').collect();
-        if parts.len() == 3 {
-            toks.splice(0..1, parts);
-        }
-    }
-    let (y, mo, d, secs, rest) = match toks.as_slice() {
-        // asctime: month day time year
-        [mon, day, time, yr, rest @ ..] if month(mon).is_some() => (
-            year(yr)?,
-            month(mon)?,
-            number(day, 2)?,
-            time_of_day(time)?,
-            rest,
-        ),
-        // IMF-fixdate and RFC 850: day month year time zone
-        [day, mon, yr, time, rest @ ..] => (
-            year(yr)?,
-            month(mon)?,
-            number(day, 2)?,
-            time_of_day(time)?,
-            rest,
-        ),
-        _ => return None,
-    };
-    let offset = match rest {
-        [] => 0,
-        [z] => zone(z)?,
-        _ => return None,
-    };
+/// The instant of a calendar date and time of day (GMT); `None` for a day the month
+/// does not have.
+fn instant(y: i64, mo: u32, d: u32, secs: i64) -> Option<SystemTime> {
     if d == 0 || d > days_in_month(y, mo) {
         return None;
     }
-    let t = days_from_civil(y, mo, d) * 86_400 + secs - offset;
+    let t = days_from_civil(y, mo, d) * 86_400 + secs;
     let from_epoch = Duration::from_secs(t.unsigned_abs());
     if t >= 0 {
         SystemTime::UNIX_EPOCH.checked_add(from_epoch)
@@ -201,29 +146,115 @@ fn parse_lenient(s: &str) -> Option<SystemTime> {
     }
 }
 
+/// `Sun, 06 Nov 1994 08:49:37 GMT`
+fn imf_fixdate(b: &[u8]) -> Option<SystemTime> {
+    if b.len() != 29 {
+        return None;
+    }
+    short_weekday(&b[0..3])?;
+    at(b, 3, b", ")?;
+    at(b, 7, b" ")?;
+    at(b, 11, b" ")?;
+    at(b, 16, b" ")?;
+    at(b, 25, b" ")?;
+    gmt(&b[26..29])?;
+    let d = digits(&b[5..7])?;
+    instant(
+        year4(&b[12..16])?,
+        month(&b[8..11])?,
+        d,
+        time_of_day(&b[17..25])?,
+    )
+}
+
+/// `Sunday, 06-Nov-94 08:49:37 GMT`
+fn rfc850_date(b: &[u8]) -> Option<SystemTime> {
+    let comma = b.iter().position(|c| *c == b',')?;
+    long_weekday(&b[..comma])?;
+    let r = &b[comma..];
+    if r.len() != 24 {
+        return None;
+    }
+    at(r, 0, b", ")?;
+    at(r, 4, b"-")?;
+    at(r, 8, b"-")?;
+    at(r, 11, b" ")?;
+    at(r, 20, b" ")?;
+    gmt(&r[21..24])?;
+    let d = digits(&r[2..4])?;
+    instant(
+        year2(&r[9..11])?,
+        month(&r[5..8])?,
+        d,
+        time_of_day(&r[12..20])?,
+    )
+}
+
+/// `Sun Nov  6 08:49:37 1994`
+fn asctime_date(b: &[u8]) -> Option<SystemTime> {
+    if b.len() != 24 {
+        return None;
+    }
+    short_weekday(&b[0..3])?;
+    at(b, 3, b" ")?;
+    at(b, 7, b" ")?;
+    at(b, 10, b" ")?;
+    at(b, 19, b" ")?;
+    let d = match b[8] {
+        b' ' => digits(&b[9..10])?,
+        _ => digits(&b[8..10])?,
+    };
+    instant(
+        year4(&b[20..24])?,
+        month(&b[4..7])?,
+        d,
+        time_of_day(&b[11..19])?,
+    )
+}
+
+/// Parses an HTTP-date in one of its three forms (see the module docs). `None` for
+/// anything else; never panics.
+pub fn parse(s: &str) -> Option<SystemTime> {
+    // The form nearly every server sends, IMF-fixdate with a matching weekday, read by
+    // `httpdate` without allocating: a stored response's dates are read on every hit that
+    // carries a condition. It reads that form exactly as `parse_forms` does.
+    if s.len() == 29 && s.ends_with(" GMT") {
+        if let Ok(t) = httpdate::parse_http_date(s) {
+            return Some(t);
+        }
+    }
+    parse_forms(s)
+}
+
+fn parse_forms(s: &str) -> Option<SystemTime> {
+    let b = s.trim_matches([' ', '\t']).as_bytes();
+    imf_fixdate(b)
+        .or_else(|| rfc850_date(b))
+        .or_else(|| asctime_date(b))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
 
-    /// The allocation-free path for IMF-fixdate agrees with the lenient reader on every
+    /// The allocation-free path for IMF-fixdate agrees with the three-form reader on every
     /// date it accepts (one a day or so over 1970–2400, at varied times of day).
     #[test]
-    fn the_fast_path_agrees_with_the_lenient_reader() {
+    fn the_fast_path_agrees_with_the_three_form_reader() {
         let mut t = 0u64;
         while t < 13_569_465_600 {
             let when = SystemTime::UNIX_EPOCH + Duration::from_secs(t);
             let text = httpdate::fmt_http_date(when);
             assert_eq!(parse(&text), Some(when), "{text}");
-            assert_eq!(parse_lenient(&text), Some(when), "{text}");
+            assert_eq!(parse_forms(&text), Some(when), "{text}");
             t += 86_400 + 3_607;
         }
-        // A weekday that does not match: the strict reader refuses, the lenient one reads.
+        // A weekday that does not match: `httpdate` refuses, the three-form reader reads.
         assert_eq!(
             parse("Mon, 06 Nov 1994 08:49:37 GMT"),
-            parse_lenient("Sun, 06 Nov 1994 08:49:37 GMT")
+            parse_forms("Sun, 06 Nov 1994 08:49:37 GMT")
         );
     }
-
-    use super::*;
 
     /// Sun, 06 Nov 1994 08:49:37 GMT, RFC 9110's example.
     fn example() -> Option<SystemTime> {
@@ -235,31 +266,58 @@ mod tests {
         assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), example());
         assert_eq!(parse("Sunday, 06-Nov-94 08:49:37 GMT"), example());
         assert_eq!(parse("Sun Nov  6 08:49:37 1994"), example());
+        assert_eq!(parse("Sun Nov 06 08:49:37 1994"), example());
     }
 
+    /// Case and a weekday that does not match the date are the only leniency.
     #[test]
-    fn leniently_as_9110_5_6_7_recommends() {
+    fn lenient_within_the_forms_9110_5_6_7() {
         for s in [
             "sun, 06 nov 1994 08:49:37 gmt",
             "SUN, 06 NOV 1994 08:49:37 GMT",
             "Mon, 06 Nov 1994 08:49:37 GMT",
-            "Fri, 6 Nov 1994 08:49:37 GMT",
-            "06 Nov 1994 08:49:37 GMT",
-            "Sun, 06 November 1994 08:49:37 GMT",
-            "Sun, 06 Nov 1994 08:49:37",
-            "Sun, 06 Nov 1994 08:49:37 UTC",
-            "Sun, 06 Nov 1994 09:49:37 +0100",
-            "Sun,  06  Nov 1994\t08:49:37 GMT",
+            "Thu, 06 Nov 1994 08:49:37 GMT",
             "monday, 06-nov-94 08:49:37 gmt",
-            "Sunday, 06-Nov-1994 08:49:37 GMT",
-            "Sun Nov 6 08:49:37 1994",
-            "Thu Nov 06 08:49:37 1994",
+            "SUNDAY, 06-NOV-94 08:49:37 GMT",
             "sun nov  6 08:49:37 1994",
-            "Sun Nov  6 08:49:37 1994 GMT",
-            "Nov 6 08:49:37 1994",
+            "Fri Nov  6 08:49:37 1994",
             "  Sun, 06 Nov 1994 08:49:37 GMT  ",
         ] {
             assert_eq!(parse(s), example(), "{s:?}");
+        }
+    }
+
+    /// What RFC 9111 §5.3 calls an invalid date, to be read as a time in the past when it
+    /// is an `Expires`: close to an HTTP-date but not one of the three forms.
+    #[test]
+    fn beyond_the_forms_is_not_a_date_9111_5_3() {
+        for s in [
+            "Thu, 18 Aug 2050 02:01:18 UTC",
+            "Thu, 18 Aug 50 02:01:18 GMT",
+            "Thu 18 Aug 2050 02:01:18 GMT",
+            "Thu, 18-Aug-2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050 2:01:18 GMT",
+            "Thu, 18  Aug 2050 02:01:18 GMT",
+            "Thu,  18 Aug 2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050  02:01:18 GMT",
+            "Thu, 8 Aug 2050 02:01:18 GMT",
+            "Thu, 18 August 2050 02:01:18 GMT",
+            "18 Aug 2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050 02:01:18",
+            "Thu, 18 Aug 2050 02:01:18 +0000",
+            "Thu, 18 Aug 2050 02:01:18 Z",
+            "Thu,\t18 Aug 2050 02:01:18 GMT",
+            "Thursday, 18-Aug-2050 02:01:18 GMT",
+            "Thu, 18-Aug-50 02:01:18 GMT",
+            "Thursday, 18 Aug 2050 02:01:18 GMT",
+            "Thursday, 18-Aug-50 02:01:18 UTC",
+            "Thursday,18-Aug-50 02:01:18 GMT",
+            "Thu Aug 18 02:01:18 50",
+            "Thu Aug 8 02:01:18 2050",
+            "Thu Aug  8 02:01:18 2050 GMT",
+            "Aug 18 02:01:18 2050",
+        ] {
+            assert_eq!(parse(s), None, "{s:?}");
         }
     }
 
@@ -302,9 +360,12 @@ mod tests {
             "Sun, 06 Nov 1994 8:49:37:1 GMT",
             "Sun, 006 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 0000 08:49:37 GMT",
-            "Sun, 06 Nov 1994 08:49:37 +2400",
+            "Sun, +6 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 GMT\u{e9}",
             "Su, 06 Nov 1994 08:49:37 GMT",
+            "Sun Nov +6 08:49:37 1994",
+            ",",
+            "Sunday,",
         ] {
             assert_eq!(parse(s), None, "{s:?}");
         }

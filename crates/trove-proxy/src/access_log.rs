@@ -1,6 +1,10 @@
 //! The access log: one line per request in Squid's native format,
 //! `time elapsed client code/status bytes method URL user hierarchy/peer type`,
-//! so Squid's log tools and `trove sim` read it as they read Squid's.
+//! so Squid's log tools and `trove sim` read it as they read Squid's. As in Squid, `time`
+//! is when the exchange completed (lines are written in that order), `elapsed` how long it
+//! took, so `time - elapsed` is when the request arrived; a client that went away before
+//! the exchange completed gets `_ABORTED` after the result code (`TCP_MISS_ABORTED/200`);
+//! and the hierarchy field names the origin's host, without its port.
 //!
 //! Lines are appended to an in-memory buffer that a writer thread swaps out and writes every
 //! [`FLUSH_EVERY`], so a request costs no system call and no thread wake-up; a slow disk never
@@ -26,6 +30,7 @@ use trove_cache::Outcome;
 /// What one log line says.
 #[derive(Debug)]
 pub struct LogRecord<'a> {
+    /// When the request arrived; the line's time is `start + elapsed`, its completion.
     pub start: SystemTime,
     pub elapsed: Duration,
     pub client: IpAddr,
@@ -37,9 +42,12 @@ pub struct LogRecord<'a> {
     /// `http://{url_host}{url}`, built without an intermediate string. Empty otherwise.
     pub url_host: &'a str,
     pub url: &'a str,
-    /// The origin contacted, if any (`HIER_DIRECT/host`), else `HIER_NONE/-`.
+    /// The origin contacted (`host` or `host:port`), if any: `HIER_DIRECT/host`, else
+    /// `HIER_NONE/-`.
     pub peer: Option<&'a str>,
     pub content_type: &'a str,
+    /// The client went away before the exchange completed (mid-body or mid-response).
+    pub aborted: bool,
 }
 
 /// How often buffered lines are written out.
@@ -56,9 +64,10 @@ pub fn format_line(r: &LogRecord<'_>) -> String {
 
 fn write_line(out: &mut String, r: &LogRecord<'_>) {
     // Written field by field with `itoa` rather than `write!`: this runs once per request.
-    let since = r.start.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let done = r.start.checked_add(r.elapsed).unwrap_or(r.start);
+    let since = done.duration_since(UNIX_EPOCH).unwrap_or_default();
     let (hier, peer) = match r.peer {
-        Some(p) => ("HIER_DIRECT/", p),
+        Some(p) => ("HIER_DIRECT/", host_of(p)),
         None => ("HIER_NONE/", "-"),
     };
     let ct = if r.content_type.is_empty() {
@@ -88,6 +97,9 @@ fn write_line(out: &mut String, r: &LogRecord<'_>) {
     push_ip(out, r.client, &mut ip);
     out.push(' ');
     out.push_str(r.outcome.as_str());
+    if r.aborted {
+        out.push_str("_ABORTED");
+    }
     out.push('/');
     let status = n.format(r.status);
     for _ in status.len()..3 {
@@ -110,6 +122,17 @@ fn write_line(out: &mut String, r: &LogRecord<'_>) {
     out.push_str(peer);
     out.push(' ');
     out.push_str(&sanitize(ct));
+}
+
+/// `host` of `host:port` or `[v6]:port` (Squid's hierarchy field names the host alone).
+fn host_of(peer: &str) -> &str {
+    if let Some(rest) = peer.strip_prefix('[') {
+        return rest.split_once(']').map_or(peer, |(h, _)| h);
+    }
+    match peer.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => peer,
+    }
 }
 
 fn push_ip(out: &mut String, ip: IpAddr, buf: &mut itoa::Buffer) {
@@ -313,11 +336,45 @@ mod tests {
             url: "http://example.com/a b",
             peer: Some("example.com"),
             content_type: "text/html",
+            aborted: false,
         });
         assert_eq!(
             line,
-            "1066036250.221     11 127.0.0.1 TCP_MISS/200 1543 GET http://example.com/a_b - HIER_DIRECT/example.com text/html"
+            "1066036250.232     11 127.0.0.1 TCP_MISS/200 1543 GET http://example.com/a_b - HIER_DIRECT/example.com text/html"
         );
+    }
+
+    /// Squid's meaning: the time a line carries is the exchange's completion, the result
+    /// code says when the client went away first, and the hierarchy names the host alone.
+    #[test]
+    fn completion_time_aborted_and_the_host_without_its_port_like_squid() {
+        let record = |peer, aborted| LogRecord {
+            start: UNIX_EPOCH + Duration::from_millis(1_066_036_250_221),
+            elapsed: Duration::from_millis(1_500),
+            client: "127.0.0.1".parse().unwrap(),
+            outcome: Outcome::Miss,
+            status: 200,
+            bytes: 10,
+            method: "POST",
+            url_host: "",
+            url: "http://example.com/up",
+            peer: Some(peer),
+            content_type: "-",
+            aborted,
+        };
+        assert_eq!(
+            format_line(&record("127.0.0.1:23080", true)),
+            "1066036251.721   1500 127.0.0.1 TCP_MISS_ABORTED/200 10 POST http://example.com/up - HIER_DIRECT/127.0.0.1 -"
+        );
+        for (peer, host) in [
+            ("example.com:8080", "example.com"),
+            ("example.com", "example.com"),
+            ("[::1]:8080", "::1"),
+            ("[::1]", "::1"),
+            ("::1", "::1"),
+        ] {
+            assert_eq!(host_of(peer), host, "{peer}");
+        }
     }
 
     #[test]
@@ -334,10 +391,11 @@ mod tests {
             url: "/p?q",
             peer: None,
             content_type: "",
+            aborted: false,
         });
         assert_eq!(
             line,
-            "1000000.007 1234567 ::1 TCP_MEM_HIT/004 0 HEAD http://h/p?q - HIER_NONE/- -"
+            "1001234.574 1234567 ::1 TCP_MEM_HIT/004 0 HEAD http://h/p?q - HIER_NONE/- -"
         );
     }
 }

@@ -87,6 +87,24 @@ pub fn prepare(settings: &Settings) -> FdBudget {
     budget
 }
 
+/// The default `limits.max_client_connections` (`default`) fitted to this process's hard
+/// `RLIMIT_NOFILE`: a host whose hard limit is 20,000 gets a default that fits in it, with
+/// room for one origin's pool and the reserve, rather than a warning at every start (the
+/// soft limit is raised to the hard one at start, [`prepare`]). Never below 256. A value
+/// the operator sets is theirs, and [`prepare`] warns if it does not fit.
+pub fn fit_connections(default: usize, max_per_origin: usize) -> usize {
+    let Rlimit { maximum, .. } = getrlimit(Resource::Nofile);
+    fit(default, max_per_origin, maximum)
+}
+
+fn fit(default: usize, max_per_origin: usize, hard: Option<u64>) -> usize {
+    let Some(hard) = hard else {
+        return default;
+    };
+    let room = hard.saturating_sub(max_per_origin as u64 + RESERVE);
+    (default as u64).min(room).max(256) as usize
+}
+
 /// True for the errors that mean no descriptor was left for a new connection: the
 /// process's limit (EMFILE), the system's (ENFILE), or kernel memory for sockets.
 pub fn is_exhaustion(e: &io::Error) -> bool {
@@ -133,6 +151,26 @@ mod tests {
             Errno::CONNABORTED.raw_os_error()
         )));
         assert!(!is_exhaustion(&io::Error::other("x")));
+    }
+
+    /// Issue 20: the default of 50,000 warned at every start under a hard limit of 20,000.
+    #[test]
+    fn the_default_connection_limit_fits_the_hard_limit() {
+        assert_eq!(
+            fit(50_000, 256, Some(20_000)),
+            20_000 - 256 - RESERVE as usize
+        );
+        let fitted = fit(50_000, 256, Some(20_000));
+        let b = FdBudget {
+            needed: fitted as u64 + 256 + RESERVE,
+            soft: Some(20_000),
+            hard: Some(20_000),
+            raised: true,
+        };
+        assert!(!b.short(), "no warning once fitted");
+        assert_eq!(fit(50_000, 256, Some(1 << 20)), 50_000);
+        assert_eq!(fit(50_000, 256, None), 50_000);
+        assert_eq!(fit(50_000, 256, Some(300)), 256);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod settings;
 pub mod state;
 pub mod status;
 pub mod tunnel;
+pub mod upgrade;
 pub mod upstream;
 
 pub use listener::{start, Running};

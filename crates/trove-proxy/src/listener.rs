@@ -84,8 +84,8 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
     // Bind every listener first: the destination guard must know their addresses (port 0
     // is only known once bound) before the first request is accepted.
     let mut bound = Vec::new();
-    for l in &settings.listeners {
-        bound.push((bind_named(l.addr, backlog)?, l.mode, l.addr));
+    for (i, l) in settings.listeners.iter().enumerate() {
+        bound.push((bind_named(i, l.addr, backlog)?, l.mode, l.addr));
     }
     let own: Vec<SocketAddr> = bound
         .iter()
@@ -108,9 +108,14 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
     Ok(running)
 }
 
-fn bind_named(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
-    bind(addr, backlog)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+/// Binds listener `i`, an error naming its config key and address.
+fn bind_named(i: usize, addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    bind(addr, backlog).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("listener[{i}].listen: cannot listen on {addr}: {e}"),
+        )
+    })
 }
 
 impl Running {
@@ -164,9 +169,9 @@ impl Running {
         let old = &self.shared.settings;
         let backlog = effective_backlog(settings.limits.listen_backlog);
         let mut fresh = Vec::new();
-        for l in &settings.listeners {
+        for (i, l) in settings.listeners.iter().enumerate() {
             if !self.acceptors.iter().any(|a| a.configured == l.addr) {
-                let listener = bind_named(l.addr, backlog).map_err(|e| e.to_string())?;
+                let listener = bind_named(i, l.addr, backlog).map_err(|e| e.to_string())?;
                 fresh.push((listener, l.mode, l.addr));
             }
         }

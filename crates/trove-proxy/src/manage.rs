@@ -554,12 +554,47 @@ pub fn stats(shared: &Shared) -> api::Stats {
         capacity: s.capacity,
         evictions: s.evictions,
         purged: s.removed(Removal::Purged),
+        tiers: tiers(shared),
         seq: i.seq,
         pending_rules: i.pending,
         pending_bans: i.bans,
         tags: i.tags,
         memberships: i.memberships,
     }
+}
+
+/// Every tier's figures, memory first: the disk tier's too when `[cache.disk]` is set
+/// (failed, when its directory could not be used).
+pub fn tiers(shared: &Shared) -> Vec<api::TierStats> {
+    let s = shared.store.stats();
+    let mut tiers = vec![api::TierStats {
+        tier: "memory".into(),
+        objects: s.objects,
+        bytes: s.bytes,
+        capacity: s.capacity,
+        evictions: s.evictions,
+        ready: true,
+        ..Default::default()
+    }];
+    if shared.disk.is_some() || shared.disk_unavailable {
+        let d = shared
+            .disk
+            .as_ref()
+            .map(|t| t.disk().stats())
+            .unwrap_or_default();
+        tiers.push(api::TierStats {
+            tier: "disk".into(),
+            objects: d.objects,
+            bytes: d.bytes,
+            capacity: d.capacity,
+            evictions: d.regions_reclaimed,
+            writes_shed: d.writes_shed,
+            writes_dropped: d.writes_dropped,
+            ready: d.ready,
+            failed: shared.disk.is_none() || d.failed,
+        });
+    }
+    tiers
 }
 
 /// `GET /v1/bans`: pending bans, oldest first.

@@ -46,6 +46,7 @@ pub mod names {
     pub const BODY_BUFFERED: &str = "trove_body_buffered_bytes";
     pub const READERS_DETACHED: &str = "trove_body_readers_detached_total";
     pub const BODY_TIMEOUTS: &str = "trove_request_body_timeouts_total";
+    pub const CLIENT_ABORTS: &str = "trove_client_aborts_total";
     /// Requests for a name's addresses, by `result` (`resolver::Answered`): `hit`,
     /// `negative-hit` (a cached failure), `miss` (a lookup was started), `joined` (waited on
     /// one under way).
@@ -393,6 +394,9 @@ pub struct Metrics {
     pub bad_requests: AtomicU64,
     /// Request bodies cut off for arriving too slowly (answered 408).
     pub body_timeouts: AtomicU64,
+    /// Requests whose client went away before the exchange completed, mid-body or
+    /// mid-response (the access log's `…_ABORTED`).
+    pub client_aborts: AtomicU64,
     pub shed: AtomicU64,
     /// Connections closed at accept because `max_client_connections` were open.
     pub client_refused: AtomicU64,
@@ -636,7 +640,7 @@ impl Metrics {
             }
             let _ = writeln!(out, "{}{{result=\"{}\"}} {n}", names::REQUESTS, o.as_str());
         }
-        let counters: [(&str, &str, u64); 17] = [
+        let counters: [(&str, &str, u64); 18] = [
             (names::HITS, "Requests served from the cache.", hits),
             (
                 names::BYTES_TO_CLIENTS,
@@ -692,6 +696,11 @@ impl Metrics {
                 names::BODY_TIMEOUTS,
                 "Request bodies cut off for arriving too slowly (408).",
                 g(&self.body_timeouts),
+            ),
+            (
+                names::CLIENT_ABORTS,
+                "Requests whose client went away mid-body or mid-response (logged ..._ABORTED).",
+                g(&self.client_aborts),
             ),
             (
                 names::SHED,

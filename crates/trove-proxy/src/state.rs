@@ -87,9 +87,17 @@ impl Shared {
     /// over (see [`crate::lifecycle`]). Nothing of `prev` changes; the caller links them.
     pub fn after(
         prev: &Shared,
-        settings: Settings,
+        mut settings: Settings,
         listening: &[std::net::SocketAddr],
     ) -> std::io::Result<Shared> {
+        // What only a restart changes stays as it runs, so the next reload compares with
+        // what is in effect: a change reverted before a restart is no change.
+        let (running, next) = (&prev.settings.cache, &mut settings.cache);
+        if next.disk != running.disk {
+            tracing::warn!("cache.disk: a change takes effect at the next start, not on reload");
+            next.disk = running.disk.clone();
+        }
+        next.eviction = running.eviction;
         Shared::build(settings, listening, Some(prev))
     }
 
@@ -148,11 +156,6 @@ impl Shared {
                     != (p.settings.cache.memory, p.settings.cache.max_object)
                 {
                     store.resize(c.memory, c.max_object);
-                }
-                if c.disk != p.settings.cache.disk {
-                    tracing::warn!(
-                        "cache.disk: a change takes effect at the next start, not on reload"
-                    );
                 }
                 (store, p.disk.clone(), p.disk_unavailable)
             }

@@ -62,9 +62,12 @@ pub async fn run(
         refused: None,
     };
     if !allowed_ports.contains(&port) {
-        let _ = wr
-            .write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            .await;
+        let allowed: Vec<String> = allowed_ports.iter().map(u16::to_string).collect();
+        let why = format!(
+            "CONNECT to port {port} is not allowed: [connect] allowed_ports is [{}]",
+            allowed.join(", ")
+        );
+        let _ = wr.write_all(forbidden(&why).as_bytes()).await;
         return refuse(StatusCode::FORBIDDEN);
     }
     // Resolve once, check every address, connect to exactly those.
@@ -75,12 +78,7 @@ pub async fn run(
     let server = match tokio::time::timeout(connect_timeout, open).await {
         Ok(Ok(s)) => s,
         Ok(Err(Blocked::Refused(why))) => {
-            let text = format!("403 Forbidden\n{}\n", why.explain());
-            let head = format!(
-                "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                text.len()
-            );
-            let _ = wr.write_all(format!("{head}{text}").as_bytes()).await;
+            let _ = wr.write_all(forbidden(why.explain()).as_bytes()).await;
             return TunnelResult {
                 refused: Some(why),
                 ..refuse(StatusCode::FORBIDDEN)
@@ -119,8 +117,23 @@ pub async fn run(
     if !buf.is_empty() && server.write_all(&buf).await.is_err() {
         return refuse(StatusCode::OK);
     }
-    // A tunnel with no bytes either way for `idle_timeout` is closed, so silent tunnels
-    // can't hold connection slots forever.
+    let to_client = relay(client, server, idle_timeout).await;
+    TunnelResult {
+        status: StatusCode::OK,
+        bytes_to_client: to_client,
+        refused: None,
+    }
+}
+
+/// Copies bytes both ways between `client` and `server` until either side closes, or until
+/// neither has sent anything for `idle_timeout` (so silent tunnels can't hold connection
+/// slots forever). Returns the bytes that went to the client. Used by CONNECT tunnels and
+/// by upgraded connections (`crate::upgrade`).
+pub async fn relay<C, S>(client: C, server: S, idle_timeout: Duration) -> u64
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let last = Arc::new(AtomicU64::new(0));
     let epoch = tokio::time::Instant::now();
     let sent = Arc::new(AtomicU64::new(0));
@@ -133,11 +146,11 @@ pub async fn run(
     );
     let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
     tokio::pin!(copy);
-    let to_client = loop {
+    loop {
         let since = Duration::from_millis(last.load(Ordering::Relaxed));
         let deadline = epoch + since + idle_timeout;
         tokio::select! {
-            r = &mut copy => break r.map(|(_, to_client)| to_client).unwrap_or(0),
+            r = &mut copy => break r.map(|(_, to_client)| to_client).unwrap_or_else(|_| sent.load(Ordering::Relaxed)),
             _ = tokio::time::sleep_until(deadline) => {
                 let idle = epoch.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
                 if idle >= idle_timeout {
@@ -145,12 +158,16 @@ pub async fn run(
                 }
             }
         }
-    };
-    TunnelResult {
-        status: StatusCode::OK,
-        bytes_to_client: to_client,
-        refused: None,
     }
+}
+
+/// A whole 403 response, its body saying why (and which setting decided it).
+fn forbidden(why: &str) -> String {
+    let text = format!("403 Forbidden\n{why}\n");
+    format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    )
 }
 
 /// A stream that notes when bytes last moved through it.

@@ -630,6 +630,66 @@ async fn purge_removes_a_stored_url() {
     assert_eq!(r.status, 404);
 }
 
+/// An object a tag or prefix rule removed is not a `Vary` miss: `Cache-Status` says it was
+/// invalidated (RFC 9211 has no `fwd` token for it, so a `detail`).
+#[tokio::test]
+async fn an_invalidated_object_is_a_miss_with_detail_invalidated_9211_2_8() {
+    let (origin, trove, _) =
+        twice(&[("cache-control", "max-age=60"), ("surrogate-key", "t1")]).await;
+    let purge = trove
+        .client()
+        .await
+        .request("PURGE", "/", &[("trove-purge-tag", "t1")])
+        .await;
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let r = kit::get(&trove, URL, &[]).await;
+    assert_eq!(origin.hits(), 2);
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=miss; fwd-status=200; stored; detail=invalidated")
+    );
+    let purge = trove
+        .client()
+        .await
+        .request("PURGE", "/", &[("trove-purge-prefix", "1")])
+        .await;
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let r = kit::get(&trove, URL, &[]).await;
+    assert_eq!(
+        r.header("cache-status"),
+        Some("trove; fwd=miss; fwd-status=200; stored; detail=invalidated")
+    );
+}
+
+/// `Trove-Purge-Tag:` with no tag is a mistake (an unset variable in a script), not a
+/// request to purge the URL: it is refused and nothing is removed.
+#[tokio::test]
+async fn purge_with_an_empty_tag_field_is_refused() {
+    let (origin, trove, _) = twice(&[("cache-control", "max-age=60")]).await;
+    for field in [
+        "trove-purge-tag",
+        "xkey-purge",
+        "xkey-softpurge",
+        "trove-purge-cache",
+    ] {
+        let r = trove
+            .client()
+            .await
+            .request("PURGE", URL, &[(field, "")])
+            .await;
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+        assert!(r.text().contains(field), "{field}: {}", r.text());
+        let r = trove
+            .client()
+            .await
+            .request("PURGE", URL, &[(field, " , ")])
+            .await;
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+    }
+    kit::get(&trove, URL, &[]).await;
+    assert_eq!(origin.hits(), 1, "still stored");
+}
+
 #[tokio::test]
 async fn concurrent_misses_collapse_into_one_origin_fetch() {
     let origin = Origin::start(|_, _| Action::Slow {

@@ -331,7 +331,14 @@ async fn connect_tunnel_reaches_allowed_ports_only() {
     let mut c = trove.client().await;
     c.send(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .await;
-    assert_eq!(c.read_response(true).await.unwrap().status, 403);
+    let r = c.read_response(false).await.unwrap();
+    assert_eq!(r.status, 403);
+    // The refusal names the setting, as the destination guard's do.
+    assert!(
+        r.text().contains(&format!("port {port}")) && r.text().contains("[connect] allowed_ports"),
+        "{}",
+        r.text()
+    );
 }
 
 #[tokio::test]

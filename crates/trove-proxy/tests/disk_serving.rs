@@ -306,3 +306,31 @@ async fn a_region_reclaimed_under_a_slow_client_gives_it_the_right_bytes_or_a_cl
         trove.metric("trove_disk_sendfile_aborted_total"),
     );
 }
+
+/// Issue 20: `/v1/stats` (and `trove stats`) and the status page's store table knew only
+/// the memory tier, so objects served from disk were nowhere to be seen.
+#[tokio::test]
+async fn stats_and_the_status_page_show_every_tier() {
+    let origin = origin().await;
+    let dir = TempDir::new();
+    let trove = trove(&origin, &dir, 1 << 20, 1 << 20, 16 << 20).await;
+    for i in 0..5 {
+        kit::get(&trove, &path(i, 2000), &[]).await;
+    }
+    on_disk(&trove, 5).await;
+    let shared = &trove.running.shared;
+    let stats = trove_proxy::manage::stats(shared);
+    let tiers: Vec<&str> = stats.tiers.iter().map(|t| t.tier.as_str()).collect();
+    assert_eq!(tiers, ["memory", "disk"]);
+    let disk = &stats.tiers[1];
+    assert!(disk.objects >= 5, "{disk:?}");
+    assert!(disk.bytes > 0 && disk.capacity == 16 << 20, "{disk:?}");
+    assert!(disk.ready && !disk.failed, "{disk:?}");
+    assert_eq!(stats.tiers[0].objects, stats.objects);
+    let page = trove_proxy::status::page(shared);
+    assert!(
+        page.contains("<tr><td>disk</td>"),
+        "no disk row in the store table"
+    );
+    assert!(page.contains("<tr><td>memory</td>"));
+}

@@ -341,3 +341,66 @@ async fn revalidation_during_a_multi_megabyte_fill_keeps_the_whole_body() {
     assert_eq!((later.status, later.body.len()), (200, TOTAL));
     assert!(later.body == body, "the stored body is intact");
 }
+
+/// The time field of access log line `line`, as seconds since the epoch.
+fn log_time(line: &str) -> f64 {
+    line.split_whitespace()
+        .next()
+        .and_then(|t| t.parse().ok())
+        .expect("a time field")
+}
+
+/// Issue 20: the time field was the request's start; Squid's native format records its
+/// completion (and lines are written in completion order).
+#[tokio::test]
+async fn issue_20_the_log_time_is_when_the_exchange_completed() {
+    let origin = Origin::start(|_, _| Action::Slow {
+        head: b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n".to_vec(),
+        pieces: vec![b"ok".to_vec()],
+        pause: Duration::from_millis(400),
+    })
+    .await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    let sent = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert_eq!(kit::get(&trove, "/slow", &[]).await.text(), "ok");
+    let line = &trove.log_lines(1).await[0];
+    // The body could not have been complete before the origin's pause was over.
+    assert!(
+        log_time(line) >= sent + 0.4 - 0.002,
+        "{line} (sent at {sent:.3})"
+    );
+}
+
+/// Issue 20: a client gone mid-upload was logged `NONE_NONE/400` and counted as a
+/// malformed request; Squid logs it `…_ABORTED`, and it is an abort.
+#[tokio::test]
+async fn issue_20_an_aborted_post_is_logged_aborted_and_counted_as_an_abort() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"stored")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    {
+        let mut c = trove.client().await;
+        c.send(
+            b"POST /up HTTP/1.1\r\nHost: test.local\r\nContent-Length: 100000\r\n\r\npart of it",
+        )
+        .await;
+    }
+    let line = &trove.log_lines(1).await[0];
+    assert!(line.contains(" TCP_MISS_ABORTED/000 "), "{line}");
+    assert!(line.contains(" POST "), "{line}");
+    assert_eq!(trove.metric(names::BAD_REQUESTS), 0.0);
+    assert_eq!(trove.metric(names::CLIENT_ABORTS), 1.0);
+}
+
+/// Issue 20: the hierarchy field carried the port (`HIER_DIRECT/127.0.0.1:23080`); Squid
+/// writes the host.
+#[tokio::test]
+async fn issue_20_the_hierarchy_field_names_the_host_without_its_port() {
+    let origin = Origin::start(|_, _| respond(200, &[], b"x")).await;
+    let trove = Trove::reverse(&origin, |_| {}).await;
+    kit::get(&trove, "/", &[]).await;
+    let line = &trove.log_lines(1).await[0];
+    assert!(line.contains(" HIER_DIRECT/127.0.0.1 "), "{line}");
+}

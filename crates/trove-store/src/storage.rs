@@ -1,7 +1,9 @@
 //! The storage interface: what the cache core asks of a tier, and nothing more.
 //!
 //! Every method exists for one reason a cache has (Pingora's `Storage` and Varnish's
-//! stevedore are the models; this one is smaller):
+//! stevedore are the models). It is larger than Pingora's (18 methods to its 7): it also
+//! carries what Pingora leaves to other traits or to the caller, invalidation by rule,
+//! spooling to a lower tier, charging a growing body and resizing on reload.
 //!
 //! | method | why |
 //! |---|---|

@@ -14,8 +14,13 @@ use trove_client::{wire, Client, Endpoint, PutOptions};
 #[derive(clap::Args, Debug)]
 pub struct Conn {
     /// The admin listener: `127.0.0.1:9090` or a Unix socket path (`unix:/run/trove.sock`).
-    #[arg(long, env = "TROVE_API", default_value = "127.0.0.1:9090")]
-    api: String,
+    /// Default: the config's `[admin] listen` with --config, else 127.0.0.1:9090.
+    #[arg(long, env = "TROVE_API")]
+    api: Option<String>,
+    /// The config file `trove serve` runs with: its `[admin] listen` (or `socket`) says
+    /// where the API is, and its `token` or `token_file` the token.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
     /// The bearer token (`[admin] token`). Without it or --token-file, the token a
     /// `trove serve` without one generated is read (beside the socket, or for a TCP
     /// address from trove's runtime directory: `admin-<port>.token`).
@@ -26,9 +31,53 @@ pub struct Conn {
     token_file: Option<PathBuf>,
 }
 
+/// A connection to the API, and where it goes (for messages).
+struct Api {
+    client: Client,
+    at: String,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Api {
+    /// Runs one call. A refusal is the API's own message; anything else (nothing listening,
+    /// a timeout) says where it tried.
+    fn run<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, trove_client::ClientError>>,
+    ) -> anyhow::Result<T> {
+        self.rt.block_on(call).map_err(|e| match e {
+            e @ trove_client::ClientError::Api { .. } => anyhow::Error::from(e),
+            e => anyhow::anyhow!(
+                "admin API at {}: {e} (is trove serve running there? --api or --config say where it is)",
+                self.at
+            ),
+        })
+    }
+}
+
 impl Conn {
-    fn client(&self) -> anyhow::Result<Client> {
-        let endpoint: Endpoint = self.api.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    fn open(&self) -> anyhow::Result<Api> {
+        let config = match &self.config {
+            Some(path) => Some(crate::config::Config::load(path)?),
+            None => None,
+        };
+        let api = match (&self.api, &config) {
+            (Some(a), _) => a.clone(),
+            (None, Some(c)) => match c.admin_addr()? {
+                Some(addr) => addr.to_string(),
+                None => match crate::admin_files::socket_path(&c.admin.socket, None) {
+                    Some(path) => format!("unix:{}", path.display()),
+                    None => anyhow::bail!(
+                        "{}: [admin] listen and socket are both off: no API to reach",
+                        self.config
+                            .as_ref()
+                            .map_or(String::new(), |p| p.display().to_string())
+                    ),
+                },
+            },
+            (None, None) => "127.0.0.1:9090".to_string(),
+        };
+        let endpoint: Endpoint = api.parse().map_err(|e: String| anyhow::anyhow!(e))?;
         let token = match (&self.token, &self.token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(f)) => Some(
@@ -40,9 +89,16 @@ impl Conn {
                     .trim()
                     .to_string(),
             ),
-            (None, None) => generated_token(&self.api),
+            (None, None) => match config.as_ref().map(|c| c.admin_token()).transpose()? {
+                Some(Some(t)) => Some(t),
+                _ => generated_token(&api),
+            },
         };
-        Ok(Client::new(endpoint, token.as_deref()))
+        Ok(Api {
+            client: Client::new(endpoint, token.as_deref()),
+            at: api,
+            rt: runtime()?,
+        })
     }
 }
 
@@ -74,8 +130,10 @@ pub struct PutArgs {
     /// A configured named cache.
     #[arg(long)]
     cache: Option<String>,
+    /// The stored response's `Content-Type` (default: none).
     #[arg(long)]
     content_type: Option<String>,
+    /// The stored response's status code (default: 200).
     #[arg(long)]
     status: Option<u16>,
     /// Another stored response field, `Name: value` (repeat for more).
@@ -84,13 +142,22 @@ pub struct PutArgs {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct UrlArgs {
+pub struct GetArgs {
     #[command(flatten)]
     conn: Conn,
+    /// The stored object's URL (`http://host/path`).
     url: String,
     /// Print every variant's metadata (JSON) instead of the body.
     #[arg(long)]
     meta: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UrlArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The stored object's URL (`http://host/path`).
+    url: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -177,18 +244,17 @@ pub fn put(a: PutArgs) -> anyhow::Result<()> {
         content_type: a.content_type,
         fields,
     };
-    let c = a.conn.client()?;
-    let ack = runtime()?.block_on(c.put(&a.url, body.into(), &opts))?;
+    let api = a.conn.open()?;
+    let ack = api.run(api.client.put(&a.url, body.into(), &opts))?;
     print_json(&ack)
 }
 
-pub fn get(a: UrlArgs) -> anyhow::Result<()> {
-    let c = a.conn.client()?;
-    let rt = runtime()?;
+pub fn get(a: GetArgs) -> anyhow::Result<()> {
+    let api = a.conn.open()?;
     if a.meta {
-        return print_json(&rt.block_on(c.meta(&a.url))?);
+        return print_json(&api.run(api.client.meta(&a.url))?);
     }
-    match rt.block_on(c.get(&a.url))? {
+    match api.run(api.client.get(&a.url))? {
         Some(s) => {
             let _ = std::io::stdout().write_all(&s.body);
             Ok(())
@@ -198,8 +264,8 @@ pub fn get(a: UrlArgs) -> anyhow::Result<()> {
 }
 
 pub fn delete(a: UrlArgs) -> anyhow::Result<()> {
-    let c = a.conn.client()?;
-    print_json(&runtime()?.block_on(c.delete(&a.url))?)
+    let api = a.conn.open()?;
+    print_json(&api.run(api.client.delete(&a.url))?)
 }
 
 pub fn purge(a: PurgeArgs) -> anyhow::Result<()> {
@@ -230,28 +296,27 @@ pub fn purge(a: PurgeArgs) -> anyhow::Result<()> {
         ban,
         mode,
     };
-    let c = a.conn.client()?;
-    print_json(&runtime()?.block_on(c.invalidate(&call))?)
+    let api = a.conn.open()?;
+    print_json(&api.run(api.client.invalidate(&call))?)
 }
 
 pub fn list(a: ListArgs) -> anyhow::Result<()> {
-    let c = a.conn.client()?;
-    let rt = runtime()?;
+    let api = a.conn.open()?;
     if let Some(t) = &a.tag {
-        return print_json(&rt.block_on(c.tag(t, a.limit))?);
+        return print_json(&api.run(api.client.tag(t, a.limit))?);
     }
     if let Some(n) = &a.cache {
-        return print_json(&rt.block_on(c.cache(n, a.limit))?);
+        return print_json(&api.run(api.client.cache(n, a.limit))?);
     }
-    print_json(&rt.block_on(c.caches())?)
+    print_json(&api.run(api.client.caches())?)
 }
 
 pub fn stats(a: ConnOnly) -> anyhow::Result<()> {
-    let c = a.conn.client()?;
-    print_json(&runtime()?.block_on(c.stats())?)
+    let api = a.conn.open()?;
+    print_json(&api.run(api.client.stats())?)
 }
 
 pub fn bans(a: ConnOnly) -> anyhow::Result<()> {
-    let c = a.conn.client()?;
-    print_json(&runtime()?.block_on(c.bans())?)
+    let api = a.conn.open()?;
+    print_json(&api.run(api.client.bans())?)
 }

@@ -18,7 +18,7 @@ use trove_proxy::settings::{
 use trove_proxy::settings::{NamedCacheRoute, TagSettings};
 use trove_proxy::Settings;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminSettings {
     /// Where `/metrics` and the status page are served; `""` turns the listener off.
@@ -55,7 +55,7 @@ impl Default for AdminSettings {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeSettings {
     /// Worker threads; 0 means one per core.
@@ -70,9 +70,10 @@ pub struct RuntimeSettings {
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenerEntry {
-    /// The address to listen on (`addr` is accepted as its older name).
+    /// The address to listen on (`addr` is accepted as its older name), in any form
+    /// [`parse_listen`] reads.
     #[serde(alias = "addr")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Option<String>,
     pub mode: Option<Mode>,
 }
 
@@ -95,7 +96,7 @@ pub struct NamedCacheEntry {
 }
 
 /// The whole file.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Config {
     pub listener: Vec<ListenerSettings>,
     pub access: AccessSettings,
@@ -162,10 +163,9 @@ impl Config {
 
     /// Parses and checks config text: every problem at once.
     pub fn parse(text: &str) -> Result<Config, Problems> {
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+        let mut table: toml::Table = toml::from_str(text)
             // A syntax error stops the reading; say where, on one line.
-            Problems(vec![e.to_string().trim().replace('\n', " ")])
-        })?;
+            .map_err(|e| Problems(vec![syntax_error(text, &e)]))?;
         let mut p = Vec::new();
         for key in table.keys() {
             if !SECTIONS.contains(&key.as_str()) {
@@ -175,6 +175,11 @@ impl Config {
                 ));
             }
         }
+        // Left out, the connection limit fits this machine's open files limit (below).
+        let connections_set = table
+            .get("limits")
+            .and_then(|v| v.as_table())
+            .is_some_and(|t| t.contains_key("max_client_connections"));
         let listener = entries::<ListenerEntry>("listener", table.remove("listener"), &mut p);
         let origin = entries::<OriginEntry>("origin", table.remove("origin"), &mut p);
         let mut config = Config {
@@ -191,6 +196,12 @@ impl Config {
             tags: section("tags", table.remove("tags"), &mut p),
             ..Config::default()
         };
+        if !connections_set {
+            config.limits.max_client_connections = trove_proxy::fd_limit::fit_connections(
+                config.limits.max_client_connections,
+                config.origin_pool.max_per_origin,
+            );
+        }
         let named = entries::<NamedCacheEntry>("named_cache", table.remove("named_cache"), &mut p);
         for (i, n) in named.into_iter().enumerate() {
             match n.name {
@@ -199,19 +210,33 @@ impl Config {
                     host: n.host.unwrap_or_else(|| "*".into()),
                     path_prefix: n.path_prefix.unwrap_or_else(|| "/".into()),
                 }),
+                None if reported(&p, &format!("named_cache[{i}]"), &["name"]) => {}
                 None => p.push(format!("named_cache[{i}].name: required")),
             }
         }
         for (i, l) in listener.into_iter().enumerate() {
-            match (l.listen, l.mode) {
+            let addr = match &l.listen {
+                Some(text) => match parse_listen(text) {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        p.push(format!("listener[{i}].listen: {e}"));
+                        None
+                    }
+                },
+                None => None,
+            };
+            match (addr, l.mode) {
                 (Some(addr), Some(mode)) => config.listener.push(ListenerSettings { addr, mode }),
-                (listen, mode) => {
-                    if listen.is_none() {
+                _ => {
+                    // A key written with a bad value is reported already, as such.
+                    if l.listen.is_none()
+                        && !reported(&p, &format!("listener[{i}]"), &["listen", "addr"])
+                    {
                         p.push(format!(
-                            "listener[{i}].listen: required (an address, e.g. \"127.0.0.1:3128\")"
+                            "listener[{i}].listen: required (an address, e.g. \"127.0.0.1:3128\" or a port alone, \"3128\")"
                         ));
                     }
-                    if mode.is_none() {
+                    if l.mode.is_none() && !reported(&p, &format!("listener[{i}]"), &["mode"]) {
                         p.push(format!(
                             "listener[{i}].mode: required (\"forward\" or \"reverse\")"
                         ));
@@ -220,12 +245,12 @@ impl Config {
             }
         }
         for (i, o) in origin.into_iter().enumerate() {
-            if o.host.is_none() {
+            if o.host.is_none() && !reported(&p, &format!("origin[{i}]"), &["host"]) {
                 p.push(format!(
                     "origin[{i}].host: required (a host name, or \"*\" for any)"
                 ));
             }
-            if o.upstreams.is_none() {
+            if o.upstreams.is_none() && !reported(&p, &format!("origin[{i}]"), &["upstreams"]) {
                 p.push(format!(
                     "origin[{i}].upstreams: required (e.g. [\"http://127.0.0.1:8000\"])"
                 ));
@@ -246,8 +271,9 @@ impl Config {
                 p.push(problem);
             }
         }
-        if let Err(e) = config.admin_addr() {
-            p.push(e.to_string());
+        match config.admin_addr() {
+            Err(e) => p.push(e.to_string()),
+            Ok(admin) => p.extend(collisions(&config.proxy_settings().listeners, admin)),
         }
         if let Err(e) = config.admin_token() {
             p.push(e.to_string());
@@ -300,11 +326,51 @@ impl Config {
         if self.admin.listen.is_empty() {
             return Ok(None);
         }
-        self.admin
-            .listen
-            .parse()
+        parse_listen(&self.admin.listen)
             .map(Some)
-            .map_err(|_| anyhow::anyhow!("admin.listen: invalid address {:?}", self.admin.listen))
+            .map_err(|e| anyhow::anyhow!("admin.listen: {e}"))
+    }
+
+    /// What `trove serve --check` adds to [`Config::parse`]: every address trove would
+    /// listen on is tried (bound and let go at once), so a port another process holds, or
+    /// one this user may not bind, is found before a start fails on it. A port held by
+    /// the trove this config's `pid_file` names is fine (a check before a reload).
+    pub fn check_ports(&self) -> Vec<String> {
+        let running = self
+            .pid_file()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|t| t.trim().parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "trove")
+            });
+        let mut keys: Vec<(String, SocketAddr)> = self
+            .proxy_settings()
+            .listeners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("listener[{i}].listen"), l.addr))
+            .collect();
+        if let Ok(Some(a)) = self.admin_addr() {
+            keys.push(("admin.listen".into(), a));
+        }
+        let mut p = Vec::new();
+        for (key, addr) in keys {
+            if addr.port() == 0 {
+                continue;
+            }
+            match std::net::TcpListener::bind(addr) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && running.is_some() => {
+                    eprintln!(
+                        "{key}: {addr} is in use, by the running trove (process {}) as it seems: fine for a reload",
+                        running.unwrap_or_default()
+                    );
+                }
+                Err(e) => p.push(format!("{key}: cannot listen on {addr}: {e}")),
+            }
+        }
+        p
     }
 
     /// The process-id file, if one is configured.
@@ -421,6 +487,111 @@ fn entries<T: DeserializeOwned + Default>(
             Vec::new()
         }
     }
+}
+
+/// True when a problem about one of `keys` of `entry` (`listener[0]`…) is reported already.
+fn reported(problems: &[String], entry: &str, keys: &[&str]) -> bool {
+    keys.iter().any(|k| {
+        let key = format!("{entry}.{k}");
+        problems.iter().any(|q| {
+            q.strip_prefix(&key)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+    })
+}
+
+/// A TOML syntax error on one line: where (line and column) and what, without the
+/// excerpt of the file the `toml` crate draws over several lines.
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let what = message(e);
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {what}")
+        }
+        None => what,
+    }
+}
+
+/// A listening address as Squid and nginx users write it:
+///
+/// - `127.0.0.1:3128`, `[::1]:3128`: an address and port;
+/// - `3128`, `:3128`, `*:3128`: a port alone, on every IPv4 address (Squid's
+///   `http_port 3128`, nginx's `listen 3128`);
+/// - `localhost:3128`: a host name, resolved once, here, at start; trove listens on its
+///   first address, IPv4 first (`localhost` is 127.0.0.1).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let t = text.trim();
+    if let Ok(a) = t.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let port_alone = t
+        .strip_prefix("*:")
+        .or_else(|| t.strip_prefix(':'))
+        .unwrap_or(t);
+    if !port_alone.is_empty() && port_alone.bytes().all(|b| b.is_ascii_digit()) {
+        let port: u16 = port_alone
+            .parse()
+            .map_err(|_| format!("{text:?}: {port_alone} is not a port (0 to 65535)"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    let form = "write host:port (\"127.0.0.1:3128\", \"[::1]:3128\", \"localhost:3128\") or a port alone (\"3128\")";
+    let Some((host, port)) = t.rsplit_once(':') else {
+        return Err(format!("{text:?} names no port: {form}"));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?}: {port:?} is not a port: {form}"))?;
+    let name_like = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !name_like {
+        return Err(format!("{text:?} is not an address: {form}"));
+    }
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} resolves to no address"))
+}
+
+/// Two listeners (or a listener and the admin listener) that would take the same port on
+/// the same address, or one of them on every address: the second could never start.
+fn collisions(listeners: &[ListenerSettings], admin: Option<SocketAddr>) -> Vec<String> {
+    let mut taken: Vec<(String, SocketAddr)> = Vec::new();
+    let mut p = Vec::new();
+    let all = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("listener[{i}].listen"), l.addr))
+        .chain(admin.map(|a| ("admin.listen".to_string(), a)));
+    for (key, addr) in all {
+        if addr.port() == 0 {
+            continue;
+        }
+        // `[::]` takes IPv4 too (a dual-stack socket); `0.0.0.0` only IPv4.
+        let covers =
+            |w: SocketAddr, x: SocketAddr| w.ip().is_unspecified() && (w.is_ipv6() || x.is_ipv4());
+        let clash = taken.iter().find(|(_, b)| {
+            b.port() == addr.port() && (b.ip() == addr.ip() || covers(*b, addr) || covers(addr, *b))
+        });
+        match clash {
+            Some((other, b)) => p.push(format!(
+                "{key}: {addr} takes the port of {other} ({b}); give each listener its own port"
+            )),
+            None => taken.push((key, addr)),
+        }
+    }
+    p
 }
 
 /// A deserialisation error's message, on one line.
@@ -768,6 +939,134 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("origin[0].host: required"), "{e}");
+    }
+
+    /// Issue 20: the forms Squid and nginx users write, a port alone and a host name.
+    #[test]
+    fn listen_takes_a_port_alone_and_a_host_name() {
+        for (text, want) in [
+            ("3128", "0.0.0.0:3128"),
+            (":3128", "0.0.0.0:3128"),
+            ("*:3128", "0.0.0.0:3128"),
+            ("localhost:3128", "127.0.0.1:3128"),
+            ("127.0.0.1:3128", "127.0.0.1:3128"),
+            ("[::1]:3128", "[::1]:3128"),
+        ] {
+            assert_eq!(
+                parse_listen(text).map(|a| a.to_string()),
+                Ok(want.into()),
+                "{text}"
+            );
+        }
+        for bad in [
+            ":99999",
+            "localhost",
+            "local host:1",
+            "127.0.0.1:x",
+            "",
+            "a/b:1",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad:?}");
+        }
+        let c = Config::parse("[[listener]]\nlisten = \":3129\"\nmode = \"forward\"\n[admin]\nlisten = \"localhost:9191\"\n").unwrap();
+        assert_eq!(c.listener[0].addr.to_string(), "0.0.0.0:3129");
+        assert_eq!(
+            c.admin_addr().unwrap().unwrap().to_string(),
+            "127.0.0.1:9191"
+        );
+    }
+
+    /// Issue 20: a key with a bad value was also reported "required".
+    #[test]
+    fn a_bad_value_is_one_problem_not_also_a_missing_key() {
+        for (text, key) in [
+            (
+                "[[listener]]\nlisten = \"127.0.0.1:1\"\nmode = \"revrse\"\n",
+                "listener[0].mode",
+            ),
+            (
+                "[[listener]]\nlisten = \"no such form\"\nmode = \"forward\"\n",
+                "listener[0].listen",
+            ),
+            (
+                "[[listener]]\nlisten = 3128.5\nmode = \"forward\"\n",
+                "listener[0].listen",
+            ),
+            (
+                "[[origin]]\nhost = 5\nupstreams = [\"http://127.0.0.1:1\"]\n",
+                "origin[0].host",
+            ),
+            ("[[named_cache]]\nname = 5\n", "named_cache[0].name"),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            let about: Vec<&String> = e.0.iter().filter(|p| p.starts_with(key)).collect();
+            assert_eq!(about.len(), 1, "{text}: {e}");
+            assert!(!about[0].contains("required"), "{text}: {e}");
+        }
+    }
+
+    /// Issue 20: a syntax error is one line saying where, without the `toml` crate's
+    /// drawing of the file (`|` and `^` squashed together).
+    #[test]
+    fn a_syntax_error_is_one_clean_line() {
+        let e = Config::parse("[cache]\nmemory = \"1GiB\"\nmemory = \"2GiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("line 3, column 1: "), "{e}");
+        assert!(e.contains("duplicate key"), "{e}");
+        assert!(
+            !e.contains('|') && !e.contains('^') && !e.contains('\n'),
+            "{e}"
+        );
+    }
+
+    /// Issue 20: two listeners, or a listener and the admin listener, on one port.
+    #[test]
+    fn listeners_sharing_a_port_are_refused_by_name() {
+        let e = Config::parse("[[listener]]\nlisten = \"127.0.0.1:9090\"\nmode = \"forward\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("admin.listen: ") && e.contains("listener[0].listen"),
+            "{e}"
+        );
+        let e = Config::parse(
+            "[[listener]]\nlisten = \"3128\"\nmode = \"forward\"\n[[listener]]\nlisten = \"127.0.0.1:3128\"\nmode = \"forward\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("listener[1].listen: "), "{e}");
+        // Other ports, and port 0 (any free port), are fine.
+        Config::parse("[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    }
+
+    /// Issue 20: `--check` passed a port another process holds.
+    #[test]
+    fn check_ports_finds_a_port_in_use() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let c = Config::parse(&format!(
+            "[[listener]]\nlisten = \"127.0.0.1:{port}\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+        ))
+        .unwrap();
+        let p = c.check_ports();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("listener[0].listen: cannot listen on"),
+            "{p:?}"
+        );
+        drop(held);
+        assert!(c.check_ports().is_empty());
+    }
+
+    /// Issue 20: left out, the connection limit fits the open files limit; set, it is kept.
+    #[test]
+    fn max_client_connections_left_out_fits_the_machine() {
+        let c = Config::parse("").unwrap();
+        let n = c.limits.max_client_connections;
+        assert!((256..=50_000).contains(&n), "{n}");
+        let c = Config::parse("[limits]\nmax_client_connections = 123456\n").unwrap();
+        assert_eq!(c.limits.max_client_connections, 123_456);
     }
 
     /// What can be checked on this machine is: a log or pid file trove could not create.

@@ -16,6 +16,8 @@ pub enum Ask {
     Reload,
     Rotate,
     Stop,
+    /// `trove stop`: [`Ask::Stop`], then wait for the process to exit.
+    StopAndWait,
 }
 
 impl Ask {
@@ -23,7 +25,7 @@ impl Ask {
         match self {
             Ask::Reload => rustix::process::Signal::HUP,
             Ask::Rotate => rustix::process::Signal::USR1,
-            Ask::Stop => rustix::process::Signal::TERM,
+            Ask::Stop | Ask::StopAndWait => rustix::process::Signal::TERM,
         }
     }
 
@@ -31,7 +33,7 @@ impl Ask {
         match self {
             Ask::Reload => "SIGHUP (reload)",
             Ask::Rotate => "SIGUSR1 (reopen the access log)",
-            Ask::Stop => "SIGTERM (graceful stop)",
+            Ask::Stop | Ask::StopAndWait => "SIGTERM (graceful stop)",
         }
     }
 }
@@ -77,10 +79,19 @@ impl Signals {
 /// `trove reload|rotate|stop`: signals the trove named by `--pid` or by the config's
 /// `[runtime] pid_file`.
 pub fn send(config: &Option<PathBuf>, pid: Option<i32>, ask: Ask) -> anyhow::Result<()> {
+    let loaded = config.as_ref().map(|p| Config::load(p)).transpose()?;
+    // How long a graceful stop may take: the running trove's `[timeouts] shutdown`, and
+    // a little more for the access log and the disk's last writes.
+    let shutdown = loaded.as_ref().map_or_else(
+        || trove_proxy::Settings::default().timeouts.shutdown,
+        |c| c.timeouts.shutdown,
+    );
     let (pid, from) = match (pid, config) {
         (Some(pid), _) => (pid, "--pid".to_string()),
         (None, Some(path)) => {
-            let config = Config::load(path)?;
+            let Some(config) = &loaded else {
+                anyhow::bail!("cannot read {}", path.display());
+            };
             let Some(pid_file) = config.pid_file() else {
                 anyhow::bail!(
                     "{} sets no [runtime] pid_file: give the process id with --pid",
@@ -99,7 +110,39 @@ pub fn send(config: &Option<PathBuf>, pid: Option<i32>, ask: Ask) -> anyhow::Res
         .map_err(std::io::Error::from)
         .with_context(|| format!("cannot signal process {pid} (from {from})"))?;
     eprintln!("sent {} to trove, process {pid}", ask.name());
+    if ask == Ask::StopAndWait {
+        // Like `systemctl stop`: return once the process is gone, so a script can start
+        // another on the same ports and directories right after.
+        let limit = shutdown + std::time::Duration::from_secs(10);
+        if !wait_for_exit(pid, limit) {
+            anyhow::bail!(
+                "trove (process {pid}) is still running {}s after SIGTERM",
+                limit.as_secs()
+            );
+        }
+        eprintln!("trove (process {pid}) has exited");
+    }
     Ok(())
+}
+
+/// Waits until process `pid` has exited (gone, or a zombie its parent has not reaped), up
+/// to `limit`; false if it is still there.
+fn wait_for_exit(pid: i32, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // `pid (comm) S …`: the state follows the last `)`.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, None | Some("Z") | Some("X")) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 fn read_pid(path: &Path) -> anyhow::Result<i32> {
@@ -129,18 +172,29 @@ pub fn claim_pid_file(path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("runtime.pid_file: cannot write {}", path.display()))
 }
 
-/// One line on what a reload changed, and what needs a restart to change.
-pub fn describe(done: &trove_proxy::listener::Reloaded, old: &Config, new: &Config) -> String {
+/// One line on what a reload changed, and what needs a restart to change. `running` is
+/// the config trove started with, whose restart-only keys (eviction, disk, the admin
+/// listener, `[runtime]`) are still the ones in effect: a key changed and then changed back
+/// needs nothing. `old` is the config of the last reload, for what a reload does change.
+pub fn describe(
+    done: &trove_proxy::listener::Reloaded,
+    running: &Config,
+    old: &Config,
+    new: &Config,
+) -> String {
     let mut parts = Vec::new();
     if done.changed.is_empty() {
         parts.push("nothing changed".to_string());
     } else {
         parts.push(format!("changed [{}]", done.changed.join(", ")));
     }
-    if old.cache.eviction != new.cache.eviction {
+    if running.cache.eviction != new.cache.eviction {
         parts.push("cache.eviction needs a restart to change".into());
     }
-    if old.admin.listen != new.admin.listen || old.admin.allow != new.admin.allow {
+    if running.cache.disk != new.cache.disk {
+        parts.push("[cache.disk] needs a restart to change".into());
+    }
+    if running.admin.listen != new.admin.listen || running.admin.allow != new.admin.allow {
         parts.push("[admin] listen and allow need a restart to change".into());
     }
     let a = (&old.admin, &new.admin);
@@ -154,7 +208,9 @@ pub fn describe(done: &trove_proxy::listener::Reloaded, old: &Config, new: &Conf
             parts.push(format!("{key} reloaded"));
         }
     }
-    if old.runtime.threads != new.runtime.threads || old.runtime.pid_file != new.runtime.pid_file {
+    if running.runtime.threads != new.runtime.threads
+        || running.runtime.pid_file != new.runtime.pid_file
+    {
         parts.push("[runtime] needs a restart to change".into());
     }
     for a in &done.closed {

@@ -43,7 +43,7 @@ enum Command {
     /// Store an object under a URL through the admin API.
     Put(api_cli::PutArgs),
     /// Print a stored object's body (or with --meta its variants) from the admin API.
-    Get(api_cli::UrlArgs),
+    Get(api_cli::GetArgs),
     /// Remove every stored variant of a URL through the admin API.
     Delete(api_cli::UrlArgs),
     /// Invalidate a URL, a tag, a named cache, a prefix or a ban pattern, hard or --soft.
@@ -62,8 +62,17 @@ enum Command {
     /// Make a running `trove serve` reopen its access log (SIGUSR1), after logrotate moved it.
     Rotate(SignalArgs),
     /// Stop a running `trove serve` gracefully (SIGTERM): requests in flight finish within
-    /// `[timeouts] shutdown`.
-    Stop(SignalArgs),
+    /// `[timeouts] shutdown`. Returns once the process has exited.
+    Stop(StopArgs),
+}
+
+#[derive(clap::Args)]
+struct StopArgs {
+    #[command(flatten)]
+    which: SignalArgs,
+    /// Return once the signal is sent, without waiting for the process to exit.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 /// Which running trove to signal: the process id in the config's `[runtime] pid_file`, or
@@ -93,11 +102,17 @@ struct ServeArgs {
 }
 
 fn main() {
+    // Colour only for a person at a terminal: not in a file or the journal, and never
+    // when NO_COLOR is set (no-color.org).
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TROVE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -114,7 +129,14 @@ fn main() {
         Command::Sim(args) => trove_sim::run(*args),
         Command::Reload(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Reload),
         Command::Rotate(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Rotate),
-        Command::Stop(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Stop),
+        Command::Stop(args) => {
+            let ask = if args.no_wait {
+                lifecycle::Ask::Stop
+            } else {
+                lifecycle::Ask::StopAndWait
+            };
+            lifecycle::send(&args.which.config, args.which.pid, ask)
+        }
     };
     if let Err(e) = result {
         eprintln!("trove: {e:#}");
@@ -132,6 +154,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => Config::default(),
     };
     if args.check {
+        let problems = config.check_ports();
+        if !problems.is_empty() {
+            anyhow::bail!("{}", config::Problems(problems));
+        }
         eprintln!("config ok");
         return Ok(());
     }
@@ -356,7 +382,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
     // The admin listener is bound before the proxy starts, so the proxy refuses its address
     // as a destination from the first request on.
     let admin = match config.admin_addr()? {
-        Some(addr) => Some(trove_admin::bind(addr).await?),
+        Some(addr) => Some(trove_admin::bind(addr).await.context("admin.listen")?),
         None => None,
     };
     let admin_addr = admin.as_ref().map(|a| a.local_addr());
@@ -386,6 +412,8 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
         eprintln!("admin listening {bound}");
     }
     let mut signals = lifecycle::Signals::new()?;
+    // What trove started with: the restart-only keys in effect (see `lifecycle::describe`).
+    let started = config.clone();
     let mut config = config;
     loop {
         match signals.next().await {
@@ -408,7 +436,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
                                 eprintln!(
                                     "trove: reloaded {}: {}",
                                     path.display(),
-                                    lifecycle::describe(&done, &config, &next)
+                                    lifecycle::describe(&done, &started, &config, &next)
                                 );
                                 for (mode, addr) in &running.addrs {
                                     if done.listening.contains(addr) {
@@ -425,7 +453,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
                 running.reopen_log();
                 eprintln!("trove: reopening the access log");
             }
-            lifecycle::Ask::Stop => {
+            lifecycle::Ask::Stop | lifecycle::Ask::StopAndWait => {
                 admin_files.remove();
                 let bound = running.shared.settings.timeouts.shutdown;
                 eprintln!(

@@ -276,3 +276,101 @@ fn check_reports_every_problem_by_key_including_the_log_path() {
         }
     }
 }
+
+/// Issue 20: `--check` passed a port another process holds, and the start-up error did not
+/// say which key named it.
+#[test]
+fn check_and_start_name_the_listener_whose_port_is_in_use() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let dir = TempDir::new("serve-port-in-use");
+    let path = dir.path().join("trove.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[listener]]\nlisten = \"127.0.0.1:{port}\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"
+        ),
+    )
+    .unwrap();
+    for args in [
+        &["serve", "--check", "--config"][..],
+        &["serve", "--config"],
+    ] {
+        let out = trove().args(args).arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "listener[0].listen: cannot listen on 127.0.0.1:{port}"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Issue 20: stderr carried colour codes into files and the journal.
+#[test]
+fn stderr_to_a_file_or_pipe_has_no_colour_codes() {
+    let dir = TempDir::new("serve-no-colour");
+    let mut cmd = trove();
+    cmd.env("TROVE_LOG", "info");
+    let path = dir.path().join("trove.toml");
+    std::fs::write(
+        &path,
+        "[[listener]]\nlisten = \"127.0.0.1:0\"\nmode = \"forward\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[origin_pool]\nidle_timeout = \"1s\"\n",
+    )
+    .unwrap();
+    let mut child = cmd
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while let Some(Ok(line)) = lines.next() {
+        seen.push(line.clone());
+        if let Some(proxy) = line.strip_prefix("listening forward ") {
+            // A malformed request is logged at info.
+            let _ = request(proxy, "BAD\r\n\r\n");
+        }
+        if line.contains("malformed") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.iter().any(|l| l.contains("INFO")), "{seen:?}");
+    assert!(!seen.iter().any(|l| l.contains('\u{1b}')), "{seen:?}");
+}
+
+/// Issue 20: `trove stats` said `cannot connect: Connection refused` without where, and
+/// the API commands took no `--config` to find the admin listener.
+#[test]
+fn api_commands_say_where_they_tried_and_take_the_config() {
+    let dead = common::free_port();
+    let out = trove().args(["stats", "--api", &dead]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("admin API at {dead}")), "{err}");
+
+    let dir = TempDir::new("serve-api-config");
+    let t = start(&dir, "");
+    let admin = t.admin();
+    // The config the API commands read says where the admin listener is; the token is
+    // the one the running trove generated for that port.
+    let cli = dir.path().join("cli.toml");
+    std::fs::write(&cli, format!("[admin]\nlisten = \"{admin}\"\n")).unwrap();
+    let out = trove()
+        .args(["stats", "--config"])
+        .arg(&cli)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"tiers\""));
+}

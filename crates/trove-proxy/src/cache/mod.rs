@@ -16,7 +16,7 @@
 pub mod collapse;
 mod deliver;
 mod fetch;
-mod headers;
+pub(crate) mod headers;
 mod range;
 pub mod target;
 
@@ -225,7 +225,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
 /// in memory, not one in DNS. A name that does not resolve (or not within the connect
 /// timeout) is left to the connection, which fails as it always did (502 or 504), and a
 /// stored copy may be served meanwhile.
-async fn check_destination(
+pub(crate) async fn check_destination(
     shared: &Shared,
     target: &Target,
     class: ClientClass,
@@ -1158,6 +1158,12 @@ fn join(mut pieces: Vec<Bytes>) -> Bytes {
 /// connection closes, since the rest of the body can't be told from a next request.
 fn body_failed(cx: &Ctx<'_>, e: BodyReadError) -> Reply {
     let status = e.status();
+    // A client that went away mid-body sent nothing malformed: its request was a miss the
+    // client abandoned (logged `TCP_MISS_ABORTED`, counted with the aborts by the
+    // connection, which knows it went away).
+    if matches!(e, BodyReadError::Closed | BodyReadError::Io) {
+        return Reply::simple(status, Outcome::Miss, &e.to_string()).closing();
+    }
     let counter = if status == StatusCode::REQUEST_TIMEOUT {
         &cx.shared.metrics.body_timeouts
     } else {
@@ -1207,6 +1213,17 @@ async fn purge(cx: &Ctx<'_>) -> Reply {
             .map(str::to_string)
             .collect()
     };
+    // A field that names tags (or a cache) but is empty is a mistake, such as an unset
+    // variable in a script: falling back to a purge of the URL would do something else.
+    for name in [pf::TAG, pf::XKEY, pf::XKEY_SOFT, pf::CACHE] {
+        if h.contains_key(name) && words(name).is_empty() {
+            return Reply::simple(
+                StatusCode::BAD_REQUEST,
+                Outcome::Purge,
+                &format!("{name} is empty: name at least one"),
+            );
+        }
+    }
     let soft = flag(pf::SOFT) || h.contains_key(pf::XKEY_SOFT);
     let mode = if soft {
         trove_api::Mode::Soft

@@ -113,6 +113,8 @@ pub struct RequestBody<'a, R> {
     start: Option<Instant>,
     /// Body bytes handed out so far.
     received: u64,
+    /// The client closed its connection (or it failed) before the whole body came.
+    gone: bool,
 }
 
 impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
@@ -129,6 +131,7 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
             // No clock read for the common bodyless request.
             start: (state != State::Done).then(Instant::now),
             received: 0,
+            gone: false,
         }
     }
 
@@ -139,6 +142,12 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
             State::Done if self.received == 0 => Some(0),
             _ => None,
         }
+    }
+
+    /// True when the client went away before sending the whole body (an aborted upload,
+    /// not a malformed request).
+    pub fn client_gone(&self) -> bool {
+        self.gone
     }
 
     /// True once the whole body (and any trailers) has been read.
@@ -158,9 +167,15 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
         match tokio::time::timeout(wait, self.side.fill()).await {
             Err(_) if Instant::now() >= deadline => Err(BodyReadError::TooSlow),
             Err(_) => Err(BodyReadError::TimedOut),
-            Ok(Ok(0)) => Err(BodyReadError::Closed),
+            Ok(Ok(0)) => {
+                self.gone = true;
+                Err(BodyReadError::Closed)
+            }
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(BodyReadError::Io),
+            Ok(Err(_)) => {
+                self.gone = true;
+                Err(BodyReadError::Io)
+            }
         }
     }
 

@@ -20,6 +20,7 @@ use crate::reply::Reply;
 use crate::settings::Mode;
 use crate::state::Shared;
 use crate::tunnel;
+use crate::upgrade;
 use trove_cache::Outcome;
 
 /// Request body bytes read and thrown away after a reply so the connection can be reused;
@@ -144,6 +145,7 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                     url: "error:invalid-request",
                     peer: None,
                     content_type: "text/plain",
+                    aborted: false,
                 });
                 metrics.record(
                     Outcome::None,
@@ -196,17 +198,12 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 url: &url,
                 peer: (result.status == StatusCode::OK).then_some(url.as_str()),
                 content_type: "-",
+                aborted: false,
             });
             metrics.record(outcome, start.elapsed(), result.bytes_to_client);
             return;
         }
 
-        let limits = BodyLimits {
-            idle: shared.settings.timeouts.client_head,
-            deadline: shared.settings.timeouts.client_body,
-            min_rate: shared.settings.limits.client_body_min_rate,
-        };
-        let mut body = RequestBody::new(&mut rs, head.framing, limits);
         // The target is parsed and normalised once, here; the route, the key, the upstream
         // request and the log line below all read this one value.
         let resolved = if info.allowed {
@@ -216,9 +213,34 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 Reply::simple(StatusCode::FORBIDDEN, Outcome::Denied, "access denied").closing(),
             ))
         };
-        let (target, reply) = match resolved {
-            Err(refusal) => (None, *refusal),
-            Ok(target) => {
+        // An upgrade (WebSocket): once the origin switches, this connection is a tunnel.
+        let mut declined: Option<Box<Reply>> = None;
+        // (The target alone is borrowed across the await: a refusal's reply is not `Sync`.)
+        let upgrade_target = resolved.as_ref().ok();
+        if let (Some(target), Some(protocols)) = (upgrade_target, upgrade::requested(&head)) {
+            let started = Box::pin(upgrade::start(&shared, &head, target, info, &protocols));
+            match started.await {
+                upgrade::Started::Switched(sw) => {
+                    let at = Began {
+                        wall: start_wall,
+                        instant: start,
+                    };
+                    Box::pin(upgraded(*sw, rs, w, &shared, info, &head, target, at)).await;
+                    return;
+                }
+                upgrade::Started::Reply(reply) => declined = Some(reply),
+            }
+        }
+        let limits = BodyLimits {
+            idle: shared.settings.timeouts.client_head,
+            deadline: shared.settings.timeouts.client_body,
+            min_rate: shared.settings.limits.client_body_min_rate,
+        };
+        let mut body = RequestBody::new(&mut rs, head.framing, limits);
+        let (target, reply) = match (resolved, declined) {
+            (Err(refusal), _) => (None, *refusal),
+            (Ok(target), Some(reply)) => (Some(target), *reply),
+            (Ok(target), None) => {
                 if head.expect_continue && !body.is_done() && w.send_continue().await.is_err() {
                     break;
                 }
@@ -243,6 +265,7 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
             }
         };
         let body_clean = body.is_done() || (!reply.close && body.drain(DRAIN_LIMIT).await);
+        let gone_mid_body = body.client_gone();
         // Stopping: this reply is the connection's last (`Connection: close`).
         let keep_alive =
             head.keep_alive && !reply.close && body_clean && !shared.lifecycle.stopping();
@@ -267,12 +290,16 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
             None => crate::cache::log_url(&head, info.mode),
         };
         let elapsed = start.elapsed();
+        // Squid's `…_ABORTED`: the client went away mid-body or mid-response. One gone
+        // mid-body never got the reply: its status is logged as Squid does, 000.
+        let aborted = gone_mid_body || !written.complete;
+        let status = if gone_mid_body { 0 } else { status.as_u16() };
         shared.log.log(&LogRecord {
             start: start_wall,
             elapsed,
             client: info.peer.ip(),
             outcome,
-            status: status.as_u16(),
+            status,
             bytes: sent,
             method: head.method.as_str(),
             url_host,
@@ -282,8 +309,12 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
                 .as_ref()
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-"),
+            aborted,
         });
         metrics.record(outcome, elapsed, sent);
+        if aborted {
+            metrics.client_aborts.fetch_add(1, Ordering::Relaxed);
+        }
         if !keep_alive || !written.complete || written.must_close {
             if !body_clean && written.complete {
                 // The client may still be sending the body we gave up on (a 408): closing
@@ -294,6 +325,62 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
             break;
         }
     }
+}
+
+/// When a request began, for its log line.
+struct Began {
+    wall: SystemTime,
+    instant: Instant,
+}
+
+/// An upgraded connection (`crate::upgrade`): the origin's 101 to the client, then bytes
+/// both ways until either side closes or both are silent for `client_idle`; one log line.
+#[allow(clippy::too_many_arguments)]
+async fn upgraded(
+    sw: upgrade::Switched,
+    rs: ReadSide<tokio::net::tcp::OwnedReadHalf>,
+    mut w: ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+    shared: &Shared,
+    info: ConnInfo,
+    head: &RequestHead,
+    target: &crate::cache::target::Target,
+    began: Began,
+) {
+    use tokio::io::AsyncWriteExt;
+    let upgrade::Switched { headers, io, peer } = sw;
+    if w.send_interim(StatusCode::SWITCHING_PROTOCOLS, &headers)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let head_bytes = w.sent;
+    let ClientWriter { io: wr, .. } = w;
+    let ReadSide { io: rd, buf } = rs;
+    let Ok(client) = rd.reunite(wr) else { return };
+    let mut origin = io;
+    // Bytes the client sent after its request head belong to the new protocol.
+    if !buf.is_empty() && origin.write_all(&buf).await.is_err() {
+        return;
+    }
+    let relayed = tunnel::relay(client, origin, shared.settings.timeouts.client_idle).await;
+    let bytes = head_bytes + relayed;
+    let elapsed = began.instant.elapsed();
+    shared.log.log(&LogRecord {
+        start: began.wall,
+        elapsed,
+        client: info.peer.ip(),
+        outcome: Outcome::Tunnel,
+        status: 101,
+        bytes,
+        method: head.method.as_str(),
+        url_host: "",
+        url: target.key(),
+        peer: Some(&peer),
+        content_type: "-",
+        aborted: false,
+    });
+    shared.metrics.record(Outcome::Tunnel, elapsed, bytes);
 }
 
 /// Waits for `reply`, writing the origin's interim (1xx) responses to the client meanwhile,

@@ -257,8 +257,8 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
 
 impl<W: Sink> ClientWriter<W> {
     /// Writes a head announcing `len` body bytes, then that body from disk: with
-    /// `sendfile(2)` on a TCP socket (the head sent with `MSG_MORE`, so it shares a segment
-    /// with the first body bytes), else read and written. Each `sendfile` call runs under
+    /// `sendfile(2)` on a TCP socket (the head sent on its own first, see below), else read
+    /// and written. Each `sendfile` call runs under
     /// a pin of the record's region; see `trove_disk::zero_copy` for why that keeps every
     /// byte sent the record's.
     #[allow(clippy::too_many_arguments)]

@@ -53,6 +53,35 @@ impl OriginResponse {
         self.declared_length
     }
 
+    /// A response read on a connection that is not the pool's (an upgrade the origin
+    /// declined, `crate::upgrade`): the connection closes with it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn unpooled(
+        parts: http::response::Parts,
+        body: Incoming,
+        upstream: Upstream,
+        request_time: SystemTime,
+        pool: &Arc<Pool>,
+        metrics: &Arc<Metrics>,
+        body_timeout: Duration,
+    ) -> OriginResponse {
+        let declared_length = http_body::Body::size_hint(&body).exact();
+        OriginResponse {
+            status: parts.status,
+            version: parts.version,
+            headers: parts.headers,
+            upstream,
+            request_time,
+            response_time: SystemTime::now(),
+            body,
+            declared_length,
+            conn: None,
+            pool: Arc::clone(pool),
+            metrics: Arc::clone(metrics),
+            body_timeout,
+        }
+    }
+
     /// The next body bytes; `Ok(None)` at the end, after which the connection goes back to
     /// the pool.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, OriginError> {

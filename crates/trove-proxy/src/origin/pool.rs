@@ -435,6 +435,24 @@ impl Pool {
         })
     }
 
+    /// A new connection to `upstream`, checked like any other but neither pooled nor held
+    /// against the origin's limit: for a connection that switches protocols
+    /// (`crate::upgrade`), which it keeps for as long as the two ends talk.
+    pub(crate) async fn open_unpooled(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<TcpStream, OriginError> {
+        let stream =
+            tokio::time::timeout(self.connect_timeout, self.connect(upstream, chooser, reach))
+                .await
+                .map_err(|_| OriginError::ConnectTimeout)??;
+        let _ = stream.set_nodelay(true);
+        self.metrics.origin_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(stream)
+    }
+
     /// Waits at `key`'s limit; see [`Pool::checkout`].
     async fn wait_in_queue(
         &self,

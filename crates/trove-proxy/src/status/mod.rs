@@ -279,21 +279,43 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
     out.push_str("</table><p class=\"muted\">First byte in to last byte out, from trove's histograms (interpolated inside their buckets).</p>\n");
 
     // The store, per tier.
-    let _ = write!(
-        out,
-        r#"<h2>Store</h2><table><tr><th>tier</th><th>held</th><th>budget</th><th>fill</th><th>objects</th><th>evicted</th><th>removed otherwise</th></tr>
-<tr><td>memory</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr></table>"#,
-        bytes(store.bytes as f64),
-        bytes(store.capacity as f64),
-        pct(store.bytes, store.capacity),
-        store.objects,
-        store.evictions,
-        store
-            .removed
-            .iter()
-            .sum::<u64>()
-            .saturating_sub(store.evictions),
+    out.push_str(
+        r#"<h2>Store</h2><table><tr><th>tier</th><th>state</th><th>held</th><th>budget</th><th>fill</th><th>objects</th><th>evicted</th><th>removed otherwise</th><th>writes shed</th><th>writes dropped</th></tr>"#,
     );
+    let removed_otherwise = store
+        .removed
+        .iter()
+        .sum::<u64>()
+        .saturating_sub(store.evictions);
+    for t in crate::manage::tiers(shared) {
+        let state = if t.failed {
+            r#"<span class="bad">failed</span>"#
+        } else if !t.ready {
+            r#"<span class="muted">recovering</span>"#
+        } else {
+            r#"<span class="ok">ok</span>"#
+        };
+        let (removed, shed, dropped) = if t.tier == "memory" {
+            (removed_otherwise.to_string(), "–".into(), "–".into())
+        } else {
+            (
+                "–".into(),
+                t.writes_shed.to_string(),
+                t.writes_dropped.to_string(),
+            )
+        };
+        let _ = write!(
+            out,
+            r#"<tr><td>{}</td><td>{state}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{removed}</td><td class="n">{shed}</td><td class="n">{dropped}</td></tr>"#,
+            t.tier,
+            bytes(t.bytes as f64),
+            bytes(t.capacity as f64),
+            pct(t.bytes, t.capacity),
+            t.objects,
+            t.evictions,
+        );
+    }
+    out.push_str("</table>");
 
     // Origins.
     let health = m.origin_failures.health();

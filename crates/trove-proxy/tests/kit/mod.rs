@@ -501,6 +501,11 @@ impl Trove {
         Trove::start(Mode::Reverse, Some(origin.addr), f).await
     }
 
+    /// A reverse proxy in front of a server of the test's own at `addr`.
+    pub async fn reverse_to(addr: SocketAddr, f: impl FnOnce(&mut Settings)) -> Trove {
+        Trove::start(Mode::Reverse, Some(addr), f).await
+    }
+
     async fn start(mode: Mode, origin: Option<SocketAddr>, f: impl FnOnce(&mut Settings)) -> Trove {
         let dir = TempDir::new();
         let log_path = dir.0.join("access.log");
