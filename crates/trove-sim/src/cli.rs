@@ -155,12 +155,37 @@ pub struct ReplayArgs {
     /// Origin link, bits per second.
     #[arg(long)]
     pub origin_bandwidth: Option<f64>,
-    /// Origin round trip, milliseconds.
+    /// Origin round trip, milliseconds: the median when `--origin-rtt-sigma` spreads it.
     #[arg(long)]
     pub origin_rtt: Option<f64>,
+    /// Spread of the origin round trips: each server's is log-normal around the median,
+    /// σ of its logarithm (0: every server alike; 1.5: a mean 3 times the median).
+    #[arg(long)]
+    pub origin_rtt_sigma: Option<f64>,
     /// Initial TCP window, segments.
     #[arg(long)]
     pub initial_window: Option<u32>,
+    /// Set-up cost of every new TCP connection beyond its round trip (accept, a server's
+    /// SYN processing), milliseconds: a proxy without persistent connections pays it twice.
+    #[arg(long)]
+    pub connect_overhead: Option<f64>,
+    /// The proxy's own time per hit (PROXIM's cache hit overhead), milliseconds.
+    #[arg(long)]
+    pub hit_overhead: Option<f64>,
+    /// The proxy's own time per request it forwards to the origin (PROXIM's cache miss
+    /// overhead), milliseconds.
+    #[arg(long)]
+    pub miss_overhead: Option<f64>,
+    /// Idle timeout of persistent client-to-proxy connections, seconds (PROXIM: 180).
+    #[arg(long)]
+    pub client_idle: Option<f64>,
+    /// Idle timeout of persistent proxy-to-origin connections, seconds (PROXIM: 30).
+    #[arg(long)]
+    pub server_idle: Option<f64>,
+    /// Idle timeout of the no-proxy baseline's persistent connections, seconds (with
+    /// `--direct-persistent`; default 30).
+    #[arg(long)]
+    pub direct_idle: Option<f64>,
     /// Which connections the proxy keeps for reuse.
     #[arg(long, value_enum, default_value_t = Persistent::All)]
     pub persistent: Persistent,
@@ -390,7 +415,15 @@ pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
                 a.client_bandwidth.is_none()
                     && a.client_rtt.is_none()
                     && a.origin_bandwidth.is_none()
-                    && a.origin_rtt.is_none(),
+                    && a.origin_rtt.is_none()
+                    && a.origin_rtt_sigma.is_none()
+                    && a.initial_window.is_none()
+                    && a.connect_overhead.is_none()
+                    && a.hit_overhead.is_none()
+                    && a.miss_overhead.is_none()
+                    && a.client_idle.is_none()
+                    && a.server_idle.is_none()
+                    && a.direct_idle.is_none(),
                 "link settings need the network model: add --network modem or --network lan"
             );
             None
@@ -409,9 +442,35 @@ pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
             if let Some(v) = a.origin_rtt {
                 p.origin_rtt = v / 1e3;
             }
+            if let Some(v) = a.origin_rtt_sigma {
+                p.origin_rtt_sigma = v;
+            }
             if let Some(w) = a.initial_window {
                 p.tcp.initial_window = w.max(1);
             }
+            let ms = |v: Option<f64>, d: f64| v.map_or(d, |v| v / 1e3);
+            p.connect_overhead = ms(a.connect_overhead, p.connect_overhead);
+            p.hit_overhead = ms(a.hit_overhead, p.hit_overhead);
+            p.miss_overhead = ms(a.miss_overhead, p.miss_overhead);
+            p.client_idle = a.client_idle.unwrap_or(p.client_idle);
+            p.server_idle = a.server_idle.unwrap_or(p.server_idle);
+            p.direct_idle = a.direct_idle.unwrap_or(p.direct_idle);
+            anyhow::ensure!(
+                (0.0..=5.0).contains(&p.origin_rtt_sigma),
+                "--origin-rtt-sigma must be within 0..=5"
+            );
+            anyhow::ensure!(
+                [p.connect_overhead, p.hit_overhead, p.miss_overhead]
+                    .iter()
+                    .all(|v| v.is_finite() && *v >= 0.0),
+                "overheads must not be negative"
+            );
+            anyhow::ensure!(
+                [p.client_idle, p.server_idle, p.direct_idle]
+                    .iter()
+                    .all(|v| v.is_finite() && *v >= 0.0),
+                "idle timeouts must not be negative"
+            );
             anyhow::ensure!(
                 p.client_bandwidth > 0.0 && p.origin_bandwidth > 0.0,
                 "bandwidths must be positive"
@@ -745,5 +804,62 @@ mod tests {
         assert_eq!(parse_size("0").unwrap(), Some(0));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3 parsecs").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        a: ReplayArgs,
+    }
+
+    fn net_of(args: &[&str]) -> anyhow::Result<Option<Params>> {
+        use clap::Parser;
+        let cmd = Cmd::try_parse_from(["sim", "t.log"].iter().chain(args))?;
+        Ok(configs(&cmd.a)?.remove(0).net)
+    }
+
+    #[test]
+    fn model_parameters_are_settable() {
+        let p = net_of(&[
+            "--network",
+            "modem",
+            "--origin-rtt",
+            "200",
+            "--origin-rtt-sigma",
+            "1.5",
+            "--connect-overhead",
+            "40",
+            "--hit-overhead",
+            "5",
+            "--miss-overhead",
+            "25",
+            "--client-idle",
+            "60",
+            "--server-idle",
+            "15",
+            "--direct-persistent",
+            "--direct-idle",
+            "10",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!((p.origin_rtt, p.origin_rtt_sigma), (0.2, 1.5));
+        assert_eq!(
+            (p.connect_overhead, p.hit_overhead, p.miss_overhead),
+            (0.04, 0.005, 0.025)
+        );
+        assert_eq!(
+            (p.client_idle, p.server_idle, p.direct_idle),
+            (60.0, 15.0, 10.0)
+        );
+        assert!(p.direct_persistent);
+        // The preset's own values otherwise (PROXIM's timeouts, no overheads).
+        let d = net_of(&["--network", "lan"]).unwrap().unwrap();
+        assert_eq!(d, Preset::Lan.params());
+        // Settings without the model, and nonsense, are refused.
+        assert!(net_of(&["--miss-overhead", "5"]).is_err());
+        assert!(net_of(&["--network", "lan", "--hit-overhead", "-1"]).is_err());
+        assert!(net_of(&["--network", "lan", "--origin-rtt-sigma", "9"]).is_err());
+        assert!(net_of(&["--network", "lan", "--server-idle", "-3"]).is_err());
     }
 }

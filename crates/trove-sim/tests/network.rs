@@ -252,3 +252,116 @@ fn cookie_policies() {
         1
     );
 }
+
+/// PROXIM's configurable proxy overheads and a per-connection set-up cost. One miss and one
+/// hit as in `round_trips_connection_setup_and_bandwidth` (0.7 s and 0.2 s without them), no
+/// persistent connections anywhere: a 50 ms set-up cost is paid on the client and on the
+/// server connection with the proxy (twice) and once without it; the 30 ms miss overhead
+/// on the miss, the 10 ms hit overhead on the hit.
+#[test]
+fn proxy_overheads_and_connection_setup_cost() {
+    let p = Params {
+        persistent_clients: false,
+        persistent_servers: false,
+        connect_overhead: 0.05,
+        hit_overhead: 0.01,
+        miss_overhead: 0.03,
+        ..params(10_000.0, 0.1, 1e6, 0.2)
+    };
+    let (c, n) = net(
+        p,
+        &[
+            (0.0, "c", "http://o/a", 500, 500),
+            (10.0, "c", "http://o/a", 500, 500),
+        ],
+    );
+    assert_eq!(c.hits, 1);
+    let miss = 0.7 + 2.0 * 0.05 + 0.03;
+    let hit = 0.1 + 0.05 + 0.2 + 0.01;
+    let w = n.with_proxy;
+    assert!(close(w.mean, (miss + hit) / 2.0), "{w:?}");
+    assert!(
+        close(w.mean_connect, (0.3 + 0.1 + 0.1 + 0.05) / 2.0),
+        "{w:?}"
+    );
+    let d = n.without_proxy;
+    assert!(close(d.mean, 0.7 + 0.05), "{d:?}");
+    assert!(close(d.mean_connect, 0.35), "{d:?}");
+}
+
+/// Each server has its own round trip, log-normal around the median, fixed by its id: the
+/// same on both paths and in every run, so a proxy that caches nothing and keeps no
+/// connections costs exactly what no proxy does; the spread's median is the given one and
+/// its mean e^(σ²/2) times that.
+#[test]
+fn origin_round_trips_spread_per_server() {
+    let p = Params {
+        origin_rtt_sigma: 1.0,
+        persistent_clients: false,
+        persistent_servers: false,
+        ..params(1e6, 0.0, 1e9, 0.1)
+    };
+    let mut rtts: Vec<f64> = (0..20_000).map(|s| p.origin_rtt_of(s)).collect();
+    assert_eq!(p.origin_rtt_of(7), p.origin_rtt_of(7));
+    assert!(rtts.iter().all(|r| *r > 0.0));
+    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
+    rtts.sort_by(f64::total_cmp);
+    let median = rtts[rtts.len() / 2];
+    assert!((median / 0.1 - 1.0).abs() < 0.05, "{median}");
+    assert!((mean / (0.1 * 0.5f64.exp()) - 1.0).abs() < 0.05, "{mean}");
+    assert_eq!(
+        Params {
+            origin_rtt_sigma: 0.0,
+            ..p.clone()
+        }
+        .origin_rtt_of(7),
+        0.1
+    );
+    // Two servers, uncachable URLs: with and without the proxy alike, and the two differ.
+    let recs = [
+        (0.0, "c", "http://a/x?1", 500, 500),
+        (1.0, "c", "http://b/x?1", 500, 500),
+    ];
+    let (_, n) = net(p.clone(), &recs);
+    assert!(
+        close(n.with_proxy.mean, n.without_proxy.mean),
+        "{:?} {:?}",
+        n.with_proxy,
+        n.without_proxy
+    );
+    // Servers are numbered in order of appearance: one server twice is not two servers.
+    let same = [
+        (0.0, "c", "http://a/x?1", 500, 500),
+        (1.0, "c", "http://a/y?1", 500, 500),
+    ];
+    assert!(!close(n.with_proxy.mean, net(p, &same).1.with_proxy.mean));
+}
+
+/// The no-proxy baseline's persistent connections idle out after `direct_idle`, apart from
+/// the proxy's server-side timeout: requests to one server at 0, 10 and 40 s reuse the
+/// connection at 10 s only with a 20 s timeout, at 10 and 40 s with a 60 s one.
+#[test]
+fn the_baseline_s_persistent_connections_have_their_own_idle_timeout() {
+    let recs = [
+        (0.0, "c", "http://o/1", 100, 100),
+        (10.0, "c", "http://o/2", 100, 100),
+        (40.0, "c", "http://o/3", 100, 100),
+    ];
+    let share = |direct_idle: f64| {
+        let p = Params {
+            direct_persistent: true,
+            direct_idle,
+            server_idle: 1.0,
+            ..params(1e6, 0.01, 1e6, 0.01)
+        };
+        let (_, n) = net(p, &recs);
+        (n.new_direct_connection_share, n.new_server_connection_share)
+    };
+    let (d, s) = share(20.0);
+    assert!(close(d, 2.0 / 3.0) && close(s, 1.0), "{d} {s}");
+    let (d, _) = share(60.0);
+    assert!(close(d, 1.0 / 3.0), "{d}");
+    // Off: every request opens one.
+    let (_, n) = net(params(1e6, 0.01, 1e6, 0.01), &recs);
+    assert!(close(n.new_direct_connection_share, 1.0));
+}

@@ -21,6 +21,11 @@
 //! `trove_cache::AbortPolicy`) finishes the fetch or stops it. A stopped fetch of an object
 //! being stored loses it (`finish_stored = false` only).
 //!
+//! Settable as PROXIM's were: each server's round trip (log-normal around a median, fixed
+//! per server, as PROXIM took each server's from its trace), a set-up cost per new
+//! connection beyond its round trip, the proxy's own time per hit and per miss, the idle
+//! timeouts on each side and of the baseline's persistent connections.
+//!
 //! What it leaves out, as PROXIM did: packet loss, queueing between clients sharing a link,
 //! header bytes, server think time, DNS.
 
@@ -42,15 +47,25 @@ pub struct Params {
     pub client_rtt: f64,
     /// Proxy ↔ origin.
     pub origin_bandwidth: f64,
+    /// The median origin round trip; every server's own is this times e^(σz), σ =
+    /// `origin_rtt_sigma`, z a standard normal fixed by the server's id (PROXIM measured
+    /// each server's round trip from its SYN/SYN-ACK; a log has none). σ = 0: all alike.
     pub origin_rtt: f64,
+    pub origin_rtt_sigma: f64,
     pub tcp: Tcp,
+    /// Set-up cost of a new TCP connection beyond its round trip (accepting it, a
+    /// server's SYN processing), seconds, on every connection opened: client to proxy,
+    /// proxy to origin, client to origin without the proxy.
+    pub connect_overhead: f64,
     /// Connection caching on each side, and its idle timeouts (PROXIM: 3 min, 30 s).
     pub persistent_clients: bool,
     pub persistent_servers: bool,
     pub client_idle: f64,
     pub server_idle: f64,
-    /// The no-proxy baseline keeps client-to-server connections too.
+    /// The no-proxy baseline keeps client-to-server connections too, idle at most
+    /// `direct_idle` seconds (PROXIM's baseline reused connections where its trace had).
     pub direct_persistent: bool,
+    pub direct_idle: f64,
     /// Added to every hit's and every miss's service time (PROXIM's overheads), seconds.
     pub hit_overhead: f64,
     pub miss_overhead: f64,
@@ -157,17 +172,46 @@ impl Preset {
             origin_bandwidth: ob,
             // The paper measures it per server from SYN/SYN-ACK; a log has no such times.
             origin_rtt: 0.100,
+            origin_rtt_sigma: 0.0,
             tcp: Tcp::default(),
+            connect_overhead: 0.0,
             persistent_clients: true,
             persistent_servers: true,
             client_idle: 180.0,
             server_idle: 30.0,
             direct_persistent: false,
+            direct_idle: 30.0,
             hit_overhead: 0.0,
             miss_overhead: 0.0,
             abort: AbortModel::trove(),
         }
     }
+}
+
+impl Params {
+    /// Server `server`'s round trip: the same in every run and on both paths.
+    pub fn origin_rtt_of(&self, server: u32) -> f64 {
+        if self.origin_rtt_sigma <= 0.0 {
+            return self.origin_rtt;
+        }
+        self.origin_rtt * (self.origin_rtt_sigma * standard_normal(u64::from(server))).exp()
+    }
+}
+
+/// A standard normal draw fixed by `n` (Box–Muller over two splitmix64 outputs).
+pub fn standard_normal(n: u64) -> f64 {
+    fn splitmix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    let a = splitmix(n.wrapping_mul(2));
+    let b = splitmix(n.wrapping_mul(2) + 1);
+    // In (0, 1]: never ln 0.
+    let u1 = ((a >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    let u2 = (b >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 /// One request as the network model needs it.
@@ -230,7 +274,7 @@ impl NetModel {
         NetModel {
             clients: Pool::new(p.persistent_clients, p.client_idle, w),
             servers: Pool::new(p.persistent_servers, p.server_idle, w),
-            direct: Pool::new(p.direct_persistent, p.server_idle, w),
+            direct: Pool::new(p.direct_persistent, p.direct_idle, w),
             with_proxy: Latencies::default(),
             without_proxy: Latencies::default(),
             bytes_to_clients: 0,
@@ -248,17 +292,17 @@ impl NetModel {
         }
     }
 
-    fn origin_link(&self) -> Link {
+    fn origin_link(&self, rtt: f64) -> Link {
         Link {
             bandwidth: self.p.origin_bandwidth,
-            rtt: self.p.origin_rtt,
+            rtt,
         }
     }
 
-    fn direct_link(&self) -> Link {
+    fn direct_link(&self, origin_rtt: f64) -> Link {
         Link {
             bandwidth: self.p.client_bandwidth.min(self.p.origin_bandwidth),
-            rtt: self.p.client_rtt + self.p.origin_rtt,
+            rtt: self.p.client_rtt + origin_rtt,
         }
     }
 
@@ -269,10 +313,12 @@ impl NetModel {
         let now = micros(x.time);
         let aborted = x.delivered < x.object_size;
         self.aborted += u64::from(aborted);
+        let origin_rtt = p.origin_rtt_of(x.server);
+        let setup = |rtt: f64| rtt + p.connect_overhead;
 
         // With the proxy.
         let c = self.clients.take(u64::from(x.client), now);
-        let mut connect = if c.new { p.client_rtt } else { 0.0 };
+        let mut connect = if c.new { setup(p.client_rtt) } else { 0.0 };
         let mut rr = p.client_rtt;
         let (client_t, client_w) = tcp::transfer(tcp, self.client_link(), x.delivered, c.cwnd);
         let mut transfer = client_t;
@@ -281,13 +327,13 @@ impl NetModel {
         if x.origin_asked {
             let s = self.servers.take(u64::from(x.server), now);
             if s.new {
-                connect += p.origin_rtt;
+                connect += setup(origin_rtt);
             }
-            rr += p.origin_rtt + p.miss_overhead;
+            rr += origin_rtt + p.miss_overhead;
             let full = x.origin_body;
             // What the proxy has read when the client stops (or everything).
             let read = if aborted && full > 0 {
-                let mut r = tcp::delivered_by(tcp, self.origin_link(), client_t, s.cwnd)
+                let mut r = tcp::delivered_by(tcp, self.origin_link(origin_rtt), client_t, s.cwnd)
                     .clamp(x.delivered, full);
                 let flow = p
                     .abort
@@ -313,7 +359,8 @@ impl NetModel {
                 full
             };
             origin_bytes = read;
-            let (origin_t, origin_w) = tcp::transfer(tcp, self.origin_link(), read, s.cwnd);
+            let (origin_t, origin_w) =
+                tcp::transfer(tcp, self.origin_link(origin_rtt), read, s.cwnd);
             if !aborted {
                 transfer = transfer.max(origin_t);
             }
@@ -327,13 +374,14 @@ impl NetModel {
 
         // Without the proxy.
         let d = self.direct.take(pair(x.client, x.server), now);
-        let direct_rtt = p.client_rtt + p.origin_rtt;
-        let (dt, dw) = tcp::transfer(tcp, self.direct_link(), x.delivered, d.cwnd);
-        let direct_connect = if d.new { direct_rtt } else { 0.0 };
+        let direct_link = self.direct_link(origin_rtt);
+        let direct_rtt = direct_link.rtt;
+        let (dt, dw) = tcp::transfer(tcp, direct_link, x.delivered, d.cwnd);
+        let direct_connect = if d.new { setup(direct_rtt) } else { 0.0 };
         let direct = direct_connect + direct_rtt + dt;
         self.direct.release(d, micros(x.time + direct), dw);
         let in_flight = if aborted {
-            (self.direct_link().bandwidth * direct_rtt) as u64
+            (direct_link.bandwidth * direct_rtt) as u64
         } else {
             0
         };
@@ -380,6 +428,7 @@ impl NetModel {
             peak_direct_connections: self.direct.peak,
             new_client_connection_share: self.clients.new_share(),
             new_server_connection_share: self.servers.new_share(),
+            new_direct_connection_share: self.direct.new_share(),
             server_requests: self.servers.requests,
             latency_histogram_with_proxy: self.with_proxy.histogram(),
             latency_histogram_without_proxy: self.without_proxy.histogram(),
@@ -409,6 +458,8 @@ pub struct NetReport {
     pub peak_direct_connections: u64,
     pub new_client_connection_share: f64,
     pub new_server_connection_share: f64,
+    /// Without the proxy (1 unless `direct_persistent`).
+    pub new_direct_connection_share: f64,
     pub server_requests: u64,
     /// (upper bound of the bin in seconds, requests), log-spaced.
     pub latency_histogram_with_proxy: Vec<(f64, u64)>,
