@@ -86,6 +86,17 @@ pub struct Assumptions {
     pub freshness: Duration,
     /// Fraction of (client, URL) pairs whose requests carry a cookie.
     pub cookie_fraction: f64,
+    /// URLs replayed as uncachable whatever else is assumed: with `--never-hit-uncachable`,
+    /// those trove's own log shows fetched from the origin every time, twice or more.
+    #[serde(serialize_with = "count")]
+    pub uncachable: std::sync::Arc<std::collections::HashSet<Box<str>>>,
+}
+
+fn count<S: serde::Serializer>(
+    set: &std::sync::Arc<std::collections::HashSet<Box<str>>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(set.len() as u64)
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -101,6 +112,7 @@ impl Default for Assumptions {
             dynamic_uncachable: true,
             freshness: Duration::from_secs(3600),
             cookie_fraction: 0.0,
+            uncachable: Default::default(),
         }
     }
 }

@@ -140,6 +140,13 @@ pub struct ReplayArgs {
     /// Fraction of (client, URL) pairs whose requests carry a cookie.
     #[arg(long, default_value_t = 0.0)]
     pub cookie_fraction: f64,
+    /// Replay as uncachable every URL the log shows fetched from the origin each time it
+    /// was asked, twice or more, and never served from cache (a log cannot say which
+    /// responses were uncachable; this takes the logging cache's word for it, so it suits
+    /// replaying a log at the size it was made with: at a larger size it undercounts hits on
+    /// objects that were evicted between uses). Reads the trace twice.
+    #[arg(long)]
+    pub never_hit_uncachable: bool,
     /// What the cache does with a request carrying a cookie.
     #[arg(long, value_enum, default_value_t = Cookies::Ignore)]
     pub cookies: Cookies,
@@ -556,7 +563,36 @@ pub fn assumptions(a: &ReplayArgs, opened: &Opened) -> anyhow::Result<Assumption
         dynamic_uncachable: !a.cache_dynamic.unwrap_or(log == Assume::Trove),
         freshness: Duration::from_secs(a.freshness),
         cookie_fraction: a.cookie_fraction,
+        uncachable: Default::default(),
     })
+}
+
+/// The URLs a log shows asked for twice or more and never served from cache (its result
+/// codes say `MISS` every time): the first pass of `--never-hit-uncachable`.
+pub fn never_hit(src: &Source<'_>) -> anyhow::Result<std::collections::HashSet<Box<str>>> {
+    let mut opened = open(src)?;
+    // URL -> (requests, hits), for URLs the log names by text.
+    let mut seen: crate::intern::FastMap<Box<str>, (u32, u32)> = Default::default();
+    while let Some(r) = opened.reader.next_record() {
+        if r.result.is_empty() {
+            continue;
+        }
+        let hit = r.result.contains("HIT") || r.result.contains("REFRESH");
+        match seen.get_mut(r.url) {
+            Some((n, h)) => {
+                *n = n.saturating_add(1);
+                *h += u32::from(hit);
+            }
+            None => {
+                seen.insert(r.url.into(), (1, u32::from(hit)));
+            }
+        }
+    }
+    Ok(seen
+        .into_iter()
+        .filter(|(_, (n, h))| *n >= 2 && *h == 0)
+        .map(|(u, _)| u)
+        .collect())
 }
 
 /// An opened trace: its reader, its format's name, and its length in the unit of
@@ -634,7 +670,14 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
     let src = a.source()?;
     let configs = configs(a)?;
     let opened = open(&src)?;
-    let assume = assumptions(a, &opened)?;
+    let mut assume = assumptions(a, &opened)?;
+    if a.never_hit_uncachable {
+        anyhow::ensure!(
+            src.trace != "-",
+            "--never-hit-uncachable reads the trace twice: give a file, not standard input"
+        );
+        assume.uncachable = std::sync::Arc::new(never_hit(&src)?);
+    }
     let progress = if a.quiet {
         Progress::Off
     } else {

@@ -98,6 +98,8 @@ struct UrlInfo {
     content_type: &'static str,
     /// Largest body a 200 for it has logged (its size when the log does not say).
     largest: u64,
+    /// In [`Assumptions::uncachable`].
+    uncachable: bool,
 }
 
 /// How one record was served by the first configuration (for `--outcomes`).
@@ -197,6 +199,7 @@ impl Replay {
             content_type: guess_type(url),
             key,
             largest: 0,
+            uncachable: self.assumptions.uncachable.contains(url),
         });
         Some(id)
     }
@@ -253,21 +256,23 @@ impl Replay {
         self.clock = self.clock.max(r.time);
         self.first.get_or_insert(r.time);
         let now = UNIX_EPOCH + Duration::from_secs_f64(self.clock.max(0.0));
-        let (server, dynamic, guessed_type, largest) = match known {
+        let (server, dynamic, uncachable, guessed_type, largest) = match known {
             Ok(id) => {
                 let info = &self.info[id as usize];
                 (
                     info.server,
                     info.dynamic,
+                    info.uncachable,
                     info.content_type,
                     Some((id, info.largest)),
                 )
             }
             // `guess_type` finds no extension in `ID_HOST` and digits (a test checks).
-            Err(_) => (id_server, false, "", None),
+            Err(_) => (id_server, false, false, "", None),
         };
-        let cachable =
-            r.content_type != UNCACHABLE && !(dynamic && self.assumptions.dynamic_uncachable);
+        let cachable = r.content_type != UNCACHABLE
+            && !uncachable
+            && !(dynamic && self.assumptions.dynamic_uncachable);
         let mut wanted = Wanted {
             status: r.status,
             size: 0,

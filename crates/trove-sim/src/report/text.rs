@@ -46,6 +46,13 @@ pub fn render(r: &Report) -> String {
             Head::Squid => "; byte counts less an estimated Squid response head",
         }
     );
+    if !a.uncachable.is_empty() {
+        let _ = writeln!(
+            o,
+            "--never-hit-uncachable: {} URLs the log shows fetched every time (twice or more) replayed as uncachable",
+            a.uncachable.len()
+        );
+    }
     if log {
         let _ = writeln!(o, "a log cannot tell: {UNKNOWABLE}");
     }
