@@ -417,7 +417,16 @@ measure() { # target size round label
 # ---------------------------------------------------------------------------------------------
 # Setup.
 
-for tool in nginx varnishd squid traffic_server wrk curl taskset setsid ss python3; do
+# nginx is the origin whatever is measured; each peer's server only when it is a target.
+tools="nginx wrk curl taskset setsid ss python3"
+for t in $TARGETS; do
+    case $t in
+        varnish) tools+=" varnishd" ;;
+        squid) tools+=" squid" ;;
+        ats) tools+=" traffic_server" ;;
+    esac
+done
+for tool in $tools; do
     command -v "$tool" >/dev/null || die "$tool is not installed (see bench/hits/README.md)"
 done
 (($(nproc) > LOAD_CPU && $(nproc) > SERVER_CPU)) || die "need CPUs $LOAD_CPU and $SERVER_CPU"

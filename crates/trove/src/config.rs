@@ -161,6 +161,12 @@ impl Config {
         Config::parse(&text).map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))
     }
 
+    /// What trove runs with when given no file: every default, as for an empty file (so the
+    /// connection limit fits this machine's open files limit, as when a file leaves it out).
+    pub fn without_file() -> Config {
+        Config::parse("").unwrap_or_default()
+    }
+
     /// Parses and checks config text: every problem at once.
     pub fn parse(text: &str) -> Result<Config, Problems> {
         let mut table: toml::Table = toml::from_str(text)
@@ -1067,6 +1073,12 @@ mod tests {
         assert!((256..=50_000).contains(&n), "{n}");
         let c = Config::parse("[limits]\nmax_client_connections = 123456\n").unwrap();
         assert_eq!(c.limits.max_client_connections, 123_456);
+        // Without a file (`trove serve` alone) as with an empty one: a machine whose hard
+        // limit is 20,000 warned at every start before (issue 20).
+        assert_eq!(
+            Config::without_file().limits.max_client_connections,
+            Config::parse("").unwrap().limits.max_client_connections
+        );
     }
 
     /// What can be checked on this machine is: a log or pid file trove could not create.

@@ -151,7 +151,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let config = match &args.config {
         Some(path) => Config::load(path)?,
-        None => Config::default(),
+        None => Config::without_file(),
     };
     if args.check {
         let problems = config.check_ports();
