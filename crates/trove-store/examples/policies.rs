@@ -5,14 +5,11 @@
 //! libCacheSim.
 //!
 //! cargo run --release -p trove-store --example policies -- TRACE SIZE_BYTES... [--policies lru,sieve]
-//!
-//! Besides the policy names trove accepts, `wtl:bytes:10` or `wtl:objects:20` names a
-//! W-TinyLFU with that goal and a window of that many thousandths of the budget.
 
 use std::io::Read;
 
 use trove_store::hash::FastMap;
-use trove_store::{Eviction, EvictionKind, WTinyLfu, WTinyLfuGoal};
+use trove_store::{Eviction, EvictionKind};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -61,18 +58,6 @@ fn main() {
 }
 
 fn build(name: &str, capacity: u64) -> Box<dyn Eviction> {
-    if let Some(spec) = name.strip_prefix("wtl:") {
-        let (goal, permille) = spec.split_once(':').expect("wtl:GOAL:PERMILLE");
-        let goal = match goal {
-            "objects" => WTinyLfuGoal::Objects,
-            _ => WTinyLfuGoal::Bytes,
-        };
-        return Box::new(WTinyLfu::with(
-            capacity,
-            goal,
-            permille.parse().expect("thousandths"),
-        ));
-    }
     EvictionKind::parse(name)
         .expect("a policy name")
         .build(capacity)

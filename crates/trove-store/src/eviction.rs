@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 
 use crate::hash::{fast_map, FastMap};
+use crate::slab_list::{Ends, Slab, NIL};
 
 /// A byte-budgeted eviction policy over object ids.
 pub trait Eviction: Send {
@@ -94,79 +95,34 @@ impl EvictionKind {
             EvictionKind::Lru => Box::new(Lru::default()),
             EvictionKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
             EvictionKind::Sieve => Box::new(Sieve::default()),
-            EvictionKind::WTinyLfu => Box::new(WTinyLfu::with(capacity, WTinyLfuGoal::Objects, 10)),
+            EvictionKind::WTinyLfu => Box::new(WTinyLfu::new(capacity)),
         }
     }
 }
 
-/// Least recently used, O(1) per operation: an intrusive doubly linked list threaded
-/// through a slab of nodes (indices, not pointers, so no `unsafe`), most recent at the head,
-/// and a map from object id to slot. A hit unlinks one node and relinks it at the head; an
-/// ordered map re-keyed by a use counter (what this replaced) cost a tree removal and
-/// insertion per hit.
+/// Least recently used, O(1) per operation: a linked list through a slab of nodes
+/// ([`crate::slab_list`]), most recent at the newest end, and a map from object id to slot.
+/// A hit unlinks one node and relinks it at the newest end; an ordered map re-keyed by a use
+/// counter (what this replaced) cost a tree removal and insertion per hit.
 #[derive(Debug)]
 pub struct Lru {
     slots: FastMap<u64, u32>,
-    nodes: Vec<Node>,
-    /// Slots of removed nodes, reused before the slab grows.
-    free: Vec<u32>,
-    /// Most recently used, or [`NIL`].
-    head: u32,
-    /// Least recently used (the next victim), or [`NIL`].
-    tail: u32,
-}
-
-/// No slot.
-const NIL: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    id: u64,
-    /// Toward the head (more recent).
-    prev: u32,
-    /// Toward the tail (less recent).
-    next: u32,
+    /// Object ids.
+    slab: Slab<u64>,
+    list: Ends,
 }
 
 impl Default for Lru {
     fn default() -> Self {
         Lru {
             slots: fast_map(),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            slab: Slab::default(),
+            list: Ends::default(),
         }
     }
 }
 
 impl Lru {
-    fn unlink(&mut self, slot: u32) {
-        let Node { prev, next, .. } = self.nodes[slot as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, slot: u32) {
-        let old = self.head;
-        {
-            let n = &mut self.nodes[slot as usize];
-            n.prev = NIL;
-            n.next = old;
-        }
-        match old {
-            NIL => self.tail = slot,
-            o => self.nodes[o as usize].prev = slot,
-        }
-        self.head = slot;
-    }
-
     /// Objects tracked.
     pub fn len(&self) -> usize {
         self.slots.len()
@@ -180,52 +136,34 @@ impl Lru {
 impl Eviction for Lru {
     fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
         self.remove(id);
-        let node = Node {
-            id,
-            prev: NIL,
-            next: NIL,
-        };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.nodes[s as usize] = node;
-                s
-            }
-            None => {
-                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
-                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
-                self.nodes.push(node);
-                s
-            }
-        };
+        let slot = self.slab.alloc(id);
         self.slots.insert(id, slot);
-        self.push_front(slot);
+        self.slab.push_newest(&mut self.list, slot);
     }
 
     fn touch(&mut self, id: u64) {
         if let Some(&slot) = self.slots.get(&id) {
-            if self.head != slot {
-                self.unlink(slot);
-                self.push_front(slot);
+            if self.list.newest != slot {
+                self.slab.unlink(&mut self.list, slot);
+                self.slab.push_newest(&mut self.list, slot);
             }
         }
     }
 
     fn remove(&mut self, id: u64) {
         if let Some(slot) = self.slots.remove(&id) {
-            self.unlink(slot);
-            self.free.push(slot);
+            self.slab.unlink(&mut self.list, slot);
+            self.slab.release(slot);
         }
     }
 
     fn victim(&mut self) -> Option<u64> {
-        let slot = self.tail;
+        let slot = self.list.oldest;
         if slot == NIL {
             return None;
         }
-        let id = self.nodes[slot as usize].id;
-        self.unlink(slot);
-        self.slots.remove(&id);
-        self.free.push(slot);
+        let id = *self.slab.get(slot);
+        self.remove(id);
         Some(id)
     }
 
@@ -502,124 +440,67 @@ impl Eviction for S3Fifo {
 #[derive(Debug)]
 pub struct Sieve {
     slots: FastMap<u64, u32>,
-    nodes: Vec<SieveNode>,
-    free: Vec<u32>,
-    /// Newest, or [`NIL`].
-    head: u32,
-    /// Oldest, or [`NIL`].
-    tail: u32,
-    /// Where the next eviction looks first, or [`NIL`] (start at the tail).
+    /// (object id, visited).
+    slab: Slab<(u64, bool)>,
+    list: Ends,
+    /// Where the next eviction looks first, or [`NIL`] (start at the oldest).
     hand: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct SieveNode {
-    id: u64,
-    /// Toward the head (newer).
-    prev: u32,
-    /// Toward the tail (older).
-    next: u32,
-    visited: bool,
 }
 
 impl Default for Sieve {
     fn default() -> Self {
         Sieve {
             slots: fast_map(),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            slab: Slab::default(),
+            list: Ends::default(),
             hand: NIL,
         }
-    }
-}
-
-impl Sieve {
-    fn unlink(&mut self, slot: u32) {
-        let SieveNode { prev, next, .. } = self.nodes[slot as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-        if self.hand == slot {
-            // The hand moves on toward the newer end, as it would have.
-            self.hand = prev;
-        }
-        self.free.push(slot);
     }
 }
 
 impl Eviction for Sieve {
     fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
         self.remove(id);
-        let node = SieveNode {
-            id,
-            prev: NIL,
-            next: self.head,
-            visited: false,
-        };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.nodes[s as usize] = node;
-                s
-            }
-            None => {
-                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
-                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
-                self.nodes.push(node);
-                s
-            }
-        };
-        match self.head {
-            NIL => self.tail = slot,
-            h => self.nodes[h as usize].prev = slot,
-        }
-        self.head = slot;
+        let slot = self.slab.alloc((id, false));
+        self.slab.push_newest(&mut self.list, slot);
         self.slots.insert(id, slot);
     }
 
     fn touch(&mut self, id: u64) {
         if let Some(&slot) = self.slots.get(&id) {
-            self.nodes[slot as usize].visited = true;
+            self.slab.get_mut(slot).1 = true;
         }
     }
 
     fn remove(&mut self, id: u64) {
         if let Some(slot) = self.slots.remove(&id) {
-            self.unlink(slot);
+            if self.hand == slot {
+                // The hand moves on toward the newer end, as it would have.
+                self.hand = self.slab.newer(slot);
+            }
+            self.slab.unlink(&mut self.list, slot);
+            self.slab.release(slot);
         }
     }
 
     fn victim(&mut self) -> Option<u64> {
-        let mut at = if self.hand == NIL {
-            self.tail
-        } else {
-            self.hand
-        };
+        let mut at = self.hand;
         loop {
             if at == NIL {
-                if self.tail == NIL {
+                if self.list.oldest == NIL {
                     return None;
                 }
-                at = self.tail;
+                at = self.list.oldest;
             }
-            let node = &mut self.nodes[at as usize];
-            if node.visited {
-                node.visited = false;
-                at = node.prev;
+            let (id, visited) = self.slab.get_mut(at);
+            if *visited {
+                *visited = false;
+                at = self.slab.newer(at);
                 continue;
             }
-            let id = node.id;
-            self.hand = node.prev;
-            self.slots.remove(&id);
-            let hand = self.hand;
-            self.unlink(at);
-            self.hand = hand;
+            let id = *id;
+            self.hand = at;
+            self.remove(id);
             return Some(id);
         }
     }
@@ -633,19 +514,17 @@ impl Eviction for Sieve {
 /// Policy" (ACM ToS 2017), as Caffeine runs it, in bytes: a window LRU of 1 % of the budget
 /// takes new objects; the rest is a segmented LRU (probation 20 %, protected 80 %). When the
 /// window is over its share, its oldest object (the candidate) moves to probation if main
-/// has room, and otherwise competes with main's next victim: the one a count-min sketch of
-/// recent uses (keyed by fingerprint, so it outlives evictions; halved every ten uses per
-/// counter to forget the past) estimates used more often stays, the other is evicted.
+/// has room, and otherwise competes with main's next victims, by a count-min sketch of recent
+/// uses (keyed by fingerprint, so it outlives evictions; halved every ten uses per counter to
+/// forget the past).
 ///
-/// Size-aware where libCacheSim's `WTinyLFU.c` is not: an object of any size the store
-/// admits enters (libCacheSim refuses anything over 1 % of the cache), and a large
-/// candidate that wins goes on winning against main's victims one at a time until it fits,
-/// so a popular large object displaces several rarer small ones and not the reverse.
+/// It maximises object hits, size-aware where libCacheSim's `WTinyLFU.c` refuses every
+/// object larger than 1 % of the cache: the candidate stays only if it is used more often
+/// than all the objects it would push out of main together, and an object larger than the
+/// window is admitted at all ([`Eviction::admits`]) only on the same terms, so a large object
+/// enters when it earns more hits than the small ones it displaces.
 #[derive(Debug)]
 pub struct WTinyLfu {
-    goal: WTinyLfuGoal,
-    /// The window's share of the budget, in thousandths.
-    window_permille: u64,
     /// A candidate that won its contest and is being made room for.
     admitting: Option<u64>,
     /// The fingerprint whose use [`Eviction::admits`] already counted.
@@ -655,25 +534,11 @@ pub struct WTinyLfu {
     protected_target: u64,
     /// Bytes per segment, indexed by [`Seg`].
     bytes: [u64; 3],
-    /// (newest, oldest) slot per segment.
-    ends: [(u32, u32); 3],
-    nodes: Vec<WNode>,
-    free: Vec<u32>,
+    /// One list per segment, indexed by [`Seg`].
+    lists: [Ends; 3],
+    slab: Slab<WNode>,
     slots: FastMap<u64, u32>,
     sketch: Sketch,
-}
-
-/// What a W-TinyLFU contest between the window's candidate and main's victims maximises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WTinyLfuGoal {
-    /// Byte hits: the candidate must be used more often than each victim it displaces, one
-    /// at a time (Caffeine's rule for weighted entries), whatever their sizes.
-    #[default]
-    Bytes,
-    /// Object hits: the candidate must be used more often than all the victims it would
-    /// displace together, so a large object enters only if it earns more hits than the
-    /// small ones it pushes out.
-    Objects,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -688,34 +553,21 @@ struct WNode {
     id: u64,
     fingerprint: u64,
     size: u64,
-    /// Toward the newest.
-    prev: u32,
-    /// Toward the oldest.
-    next: u32,
     seg: Seg,
 }
 
 impl WTinyLfu {
-    /// A policy for `capacity` bytes, its window 1 % of them, maximising byte hits.
+    /// A policy for `capacity` bytes.
     pub fn new(capacity: u64) -> Self {
-        Self::with(capacity, WTinyLfuGoal::Bytes, 10)
-    }
-
-    /// A policy for `capacity` bytes with a window of `window_permille` thousandths of them
-    /// (at least 1), maximising `goal`.
-    pub fn with(capacity: u64, goal: WTinyLfuGoal, window_permille: u64) -> Self {
         let mut p = WTinyLfu {
-            goal,
-            window_permille: window_permille.clamp(1, 999),
             admitting: None,
             counted: None,
             window_target: 0,
             main_target: 0,
             protected_target: 0,
             bytes: [0; 3],
-            ends: [(NIL, NIL); 3],
-            nodes: Vec::new(),
-            free: Vec::new(),
+            lists: [Ends::default(); 3],
+            slab: Slab::default(),
             slots: fast_map(),
             sketch: Sketch::new(1024),
         };
@@ -724,52 +576,29 @@ impl WTinyLfu {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let WNode {
-            prev,
-            next,
-            seg,
-            size,
-            ..
-        } = self.nodes[slot as usize];
-        let ends = &mut self.ends[seg as usize];
-        match prev {
-            NIL => ends.0 = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => ends.1 = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
+        let WNode { seg, size, .. } = *self.slab.get(slot);
+        self.slab.unlink(&mut self.lists[seg as usize], slot);
         self.bytes[seg as usize] -= size;
     }
 
     fn push_newest(&mut self, slot: u32, seg: Seg) {
-        let ends = &mut self.ends[seg as usize];
-        let old = ends.0;
-        ends.0 = slot;
-        if old == NIL {
-            ends.1 = slot;
-        } else {
-            self.nodes[old as usize].prev = slot;
-        }
-        let n = &mut self.nodes[slot as usize];
-        n.prev = NIL;
-        n.next = old;
+        self.slab.push_newest(&mut self.lists[seg as usize], slot);
+        let n = self.slab.get_mut(slot);
         n.seg = seg;
         self.bytes[seg as usize] += n.size;
     }
 
     fn oldest(&self, seg: Seg) -> Option<u32> {
-        let s = self.ends[seg as usize].1;
+        let s = self.lists[seg as usize].oldest;
         (s != NIL).then_some(s)
     }
 
     /// Takes `slot` out for good; returns its id.
     fn evict(&mut self, slot: u32) -> u64 {
         self.unlink(slot);
-        let id = self.nodes[slot as usize].id;
+        let id = self.slab.get(slot).id;
         self.slots.remove(&id);
-        self.free.push(slot);
+        self.slab.release(slot);
         id
     }
 
@@ -792,13 +621,14 @@ impl WTinyLfu {
                 }
                 None => return uses,
             };
-            let n = &self.nodes[slot as usize];
+            let n = self.slab.get(slot);
             uses += u32::from(self.sketch.estimate(n.fingerprint));
             freed += n.size;
             if freed >= need {
                 return uses;
             }
-            at = (n.prev != NIL).then_some(n.prev);
+            let newer = self.slab.newer(slot);
+            at = (newer != NIL).then_some(newer);
         }
         u32::MAX
     }
@@ -811,23 +641,21 @@ impl WTinyLfu {
 
 impl Eviction for WTinyLfu {
     fn resize(&mut self, capacity: u64) {
-        self.window_target = capacity / 1000 * self.window_permille;
+        self.window_target = capacity / 100;
         self.main_target = capacity - self.window_target;
         self.protected_target = self.main_target / 5 * 4;
     }
 
-    /// With the object goal, an object larger than the window enters only if it is used
-    /// more often than the objects it would push out of main together (libCacheSim's
-    /// W-TinyLFU refuses every object larger than its window).
+    /// An object larger than the window enters only if it is used more often than the
+    /// objects it would push out of main together.
     fn admits(&mut self, fingerprint: u64, size: u64) -> bool {
-        if self.goal != WTinyLfuGoal::Objects || size <= self.window_target {
+        if size <= self.window_target {
             return true;
         }
         self.sketch.increment(fingerprint);
         self.counted = Some(fingerprint);
         let held: u64 = self.bytes.iter().sum();
-        let capacity = self.window_target + self.main_target;
-        if held + size <= capacity {
+        if held + size <= self.window_target + self.main_target {
             return true;
         }
         u32::from(self.sketch.estimate(fingerprint)) > self.displaced_uses(size)
@@ -838,26 +666,12 @@ impl Eviction for WTinyLfu {
         if self.counted.take() != Some(fingerprint) {
             self.sketch.increment(fingerprint);
         }
-        let node = WNode {
+        let slot = self.slab.alloc(WNode {
             id,
             fingerprint,
             size,
-            prev: NIL,
-            next: NIL,
             seg: Seg::Window,
-        };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.nodes[s as usize] = node;
-                s
-            }
-            None => {
-                // A slab of 2^32 - 1 nodes (64 GiB of them) is beyond any memory budget.
-                let s = u32::try_from(self.nodes.len()).expect("fewer than 2^32 objects");
-                self.nodes.push(node);
-                s
-            }
-        };
+        });
         self.slots.insert(id, slot);
         self.push_newest(slot, Seg::Window);
         self.sketch.fit(self.slots.len());
@@ -869,7 +683,7 @@ impl Eviction for WTinyLfu {
         };
         let WNode {
             fingerprint, seg, ..
-        } = self.nodes[slot as usize];
+        } = *self.slab.get(slot);
         self.sketch.increment(fingerprint);
         self.unlink(slot);
         match seg {
@@ -898,7 +712,7 @@ impl Eviction for WTinyLfu {
 
     fn recharge(&mut self, id: u64, size: u64) {
         if let Some(&slot) = self.slots.get(&id) {
-            let n = &mut self.nodes[slot as usize];
+            let n = self.slab.get_mut(slot);
             let seg = n.seg as usize;
             self.bytes[seg] = self.bytes[seg] - n.size + size;
             n.size = size;
@@ -911,7 +725,7 @@ impl Eviction for WTinyLfu {
                 break;
             };
             let main = self.bytes[Seg::Probation as usize] + self.bytes[Seg::Protected as usize];
-            let c = self.nodes[cand as usize];
+            let c = *self.slab.get(cand);
             let Some(victim) = self
                 .main_victim()
                 .filter(|_| main + c.size > self.main_target)
@@ -925,18 +739,8 @@ impl Eviction for WTinyLfu {
             if self.admitting == Some(c.id) {
                 return Some(self.evict(victim));
             }
-            let freq = self.sketch.estimate(c.fingerprint);
-            let wins = match self.goal {
-                WTinyLfuGoal::Bytes => {
-                    freq > self
-                        .sketch
-                        .estimate(self.nodes[victim as usize].fingerprint)
-                }
-                WTinyLfuGoal::Objects => {
-                    u32::from(freq) > self.displaced_uses(main + c.size - self.main_target)
-                }
-            };
-            if wins {
+            let uses = u32::from(self.sketch.estimate(c.fingerprint));
+            if uses > self.displaced_uses(main + c.size - self.main_target) {
                 self.admitting = Some(c.id);
                 return Some(self.evict(victim));
             }
@@ -1222,10 +1026,7 @@ mod tests {
         }
         // Sizes are accounted exactly.
         let held: u64 = p.bytes.iter().sum();
-        assert_eq!(
-            held,
-            p.slots.values().map(|s| p.nodes[*s as usize].size).sum()
-        );
+        assert_eq!(held, p.slots.values().map(|s| p.slab.get(*s).size).sum());
     }
 
     /// With the object goal, an object larger than the window enters while there is room,
@@ -1233,18 +1034,12 @@ mod tests {
     /// push out together.
     #[test]
     fn w_tinylfu_admits_a_large_object_by_the_uses_it_displaces() {
-        let mut p = WTinyLfu::with(100_000, WTinyLfuGoal::Objects, 10);
+        let mut p = WTinyLfu::new(100_000);
         assert!(p.admits(1, 20_000), "room: admitted");
         // Fill with 100 small objects, each used three times.
         for id in 10..110u64 {
             assert!(p.admits(id, 1000));
-            if p.slots
-                .values()
-                .map(|s| p.nodes[*s as usize].size)
-                .sum::<u64>()
-                + 1000
-                > 100_000
-            {
+            if p.slots.values().map(|s| p.slab.get(*s).size).sum::<u64>() + 1000 > 100_000 {
                 p.victim();
             }
             p.insert(id, id, 1000);

@@ -30,10 +30,11 @@ pub mod invalidation;
 mod labels;
 mod memory;
 mod object;
+mod slab_list;
 pub mod storage;
 
 pub use body::{Body, BodyError, BodyReader, Spool, SpoolProgress, StreamLimits};
-pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo, Sieve, WTinyLfu, WTinyLfuGoal};
+pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo, Sieve, WTinyLfu};
 pub use invalidation::{Invalidations, Journal, Verdict};
 pub use labels::Labels;
 pub use memory::{MemoryStore, StoreStats};
