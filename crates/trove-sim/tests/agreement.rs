@@ -272,10 +272,39 @@ fn mixed_size(i: u64) -> u64 {
 /// Objects of the mixed-size origin; together about three times the cache.
 const MIXED_OBJECTS: u64 = 150;
 
+/// The mixed-size origin over loopback, answering each path as [`mixed_wanted`] says.
+async fn mixed_origin() -> kit::Origin {
+    kit::Origin::start(|req, _| {
+        let ans = answer(
+            &Assumptions::default(),
+            &mixed_wanted(&req.path),
+            req.header("if-none-match").map(str::as_bytes),
+            &mut Scratch::default(),
+        );
+        Action::Respond {
+            status: ans.status.as_u16(),
+            headers: ans
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+                .collect(),
+            body: vec![b'x'; ans.body.len() as usize],
+        }
+    })
+    .await
+}
+
 /// What the mixed-size origin answers at `path` (`/m/<i>.<ext>` or `/q?i=<i>`, the
 /// latter cachable as everything here: a reverse proxy's pages often have query strings,
-/// and trove caches them when the origin allows).
+/// and trove caches them when the origin allows). `/u/<i>.<ext>` is `/m/<i>.<ext>` made
+/// uncachable (`private, no-cache`).
 fn mixed_wanted(path: &str) -> Wanted<'static> {
+    if let Some(rest) = path.strip_prefix("/u/") {
+        return Wanted {
+            cachable: false,
+            ..mixed_wanted(&format!("/m/{rest}"))
+        };
+    }
     let (i, content_type) = match path.strip_prefix("/q?i=") {
         Some(i) => (i.parse().unwrap_or(0), "text/html"),
         None => {
@@ -329,24 +358,7 @@ fn mixed_script(port: u16) -> Vec<String> {
 /// uncachable (seed 003's rule, `--assume other`) both disagree with trove.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trove_s_own_log_under_eviction_pressure_replays_to_its_results() {
-    let origin = kit::Origin::start(|req, _| {
-        let ans = answer(
-            &Assumptions::default(),
-            &mixed_wanted(&req.path),
-            req.header("if-none-match").map(str::as_bytes),
-            &mut Scratch::default(),
-        );
-        Action::Respond {
-            status: ans.status.as_u16(),
-            headers: ans
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
-                .collect(),
-            body: vec![b'x'; ans.body.len() as usize],
-        }
-    })
-    .await;
+    let origin = mixed_origin().await;
     let memory: u64 = 1 << 20;
     for eviction in [EvictionKind::Lru, EvictionKind::S3Fifo] {
         let trove = Trove::forward(|s| {
@@ -438,29 +450,7 @@ async fn trove_s_own_log_under_eviction_pressure_replays_to_its_results() {
 /// request, under eviction pressure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_hit_urls_of_trove_s_own_log_replay_as_uncachable() {
-    let origin = kit::Origin::start(|req, _| {
-        let private = req.path.starts_with("/u/");
-        let path = req.path.replacen("/u/", "/m/", 1);
-        let ans = answer(
-            &Assumptions::default(),
-            &Wanted {
-                cachable: !private,
-                ..mixed_wanted(&path)
-            },
-            req.header("if-none-match").map(str::as_bytes),
-            &mut Scratch::default(),
-        );
-        Action::Respond {
-            status: ans.status.as_u16(),
-            headers: ans
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
-                .collect(),
-            body: vec![b'x'; ans.body.len() as usize],
-        }
-    })
-    .await;
+    let origin = mixed_origin().await;
     let memory: u64 = 1 << 20;
     let trove = Trove::forward(|s| {
         s.cache.memory = memory;
