@@ -10,7 +10,12 @@
 
 use http::{header, HeaderMap, HeaderName};
 
-use crate::field::{combined, is_token, parse_delta_seconds, split_list, unquote};
+use std::borrow::Cow;
+
+use crate::field::{combined, is_token, list_members, parse_delta_seconds, split_list, unquote};
+
+/// The longest directive name [`CacheControl::apply`] knows (`stale-while-revalidate`).
+const DIRECTIVE_MAX: usize = 22;
 use crate::sf;
 
 /// A directive that is either absent, unqualified, or qualified by a list of
@@ -129,7 +134,7 @@ impl CacheControl {
     /// Parses a Cache-Control field value (already combined from all lines).
     pub fn parse(value: &str) -> CacheControl {
         let mut cc = CacheControl::default();
-        for member in split_list(value) {
+        for member in list_members(value) {
             let (name, arg) = match member.split_once('=') {
                 Some((n, a)) => (crate::field::trim_ows(n), Some(crate::field::trim_ows(a))),
                 None => (member, None),
@@ -138,11 +143,21 @@ impl CacheControl {
                 Some(Some(a)) => Some(a),
                 Some(None) => {
                     cc.malformed = true;
-                    Some(String::new())
+                    Some(Cow::Borrowed(""))
                 }
                 None => None,
             };
-            cc.apply(&name.to_ascii_lowercase(), arg.as_deref());
+            // Directive names are matched case-insensitively; every known one is short, so
+            // a longer name is unknown and ignored (§5.2.3) without being lowercased.
+            let mut lower = [0u8; DIRECTIVE_MAX];
+            let Some(buf) = lower.get_mut(..name.len()) else {
+                continue;
+            };
+            buf.copy_from_slice(name.as_bytes());
+            buf.make_ascii_lowercase();
+            // Lowercasing ASCII letters keeps UTF-8 valid.
+            let name = std::str::from_utf8(buf).unwrap_or("");
+            cc.apply(name, arg.as_deref());
         }
         cc
     }
@@ -150,9 +165,42 @@ impl CacheControl {
     /// Parses every field line of `name` as one Cache-Control value.
     /// An absent field gives the default (no directives).
     pub fn from_headers(headers: &HeaderMap, name: &HeaderName) -> CacheControl {
+        let mut lines = headers.get_all(name).iter();
+        let Some(first) = lines.next() else {
+            return CacheControl::default();
+        };
+        if lines.next().is_none() {
+            return CacheControl::parse_line(first.as_bytes());
+        }
         combined(headers, name)
             .map(|v| CacheControl::parse(&v))
             .unwrap_or_default()
+    }
+
+    /// [`CacheControl::parse`] of one field line's bytes, remembered: a response's
+    /// directives are read several times while it is judged (storable? how fresh? which
+    /// fast path?), and an origin sends the same value on response after response, so the
+    /// last value parsed on this thread is kept with its result. The result depends on
+    /// the bytes alone, and the bytes are compared in full.
+    fn parse_line(bytes: &[u8]) -> CacheControl {
+        /// Longer values are parsed each time (nothing long is copied to be remembered).
+        const REMEMBERED: usize = 128;
+        thread_local! {
+            static LAST: std::cell::RefCell<(Vec<u8>, CacheControl)> =
+                std::cell::RefCell::new((Vec::new(), CacheControl::default()));
+        }
+        if bytes.len() > REMEMBERED || bytes.is_empty() {
+            return CacheControl::parse(&String::from_utf8_lossy(bytes));
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            if last.0 != bytes {
+                last.1 = CacheControl::parse(&String::from_utf8_lossy(bytes));
+                last.0.clear();
+                last.0.extend_from_slice(bytes);
+            }
+            last.1.clone()
+        })
     }
 
     /// Request directives: `Cache-Control`, or when that field is absent,
@@ -335,6 +383,42 @@ mod tests {
         let c = cc("MAX-AGE=10, No-Store, PUBLIC");
         assert_eq!(c.max_age, Some(10));
         assert!(c.no_store && c.public);
+    }
+
+    /// Names longer than any known directive, or not ASCII, are unknown and ignored
+    /// (§5.2.3); they do not hide the directives around them.
+    #[test]
+    fn long_and_non_ascii_directive_names_are_ignored_9111_5_2_3() {
+        let long = "x".repeat(5000);
+        let c = cc(&format!(
+            "{long}=1, Stale-While-Revalidate=7, max-\u{e9}ge=9, max-age=3"
+        ));
+        assert_eq!(c.stale_while_revalidate, Some(7));
+        assert_eq!(c.max_age, Some(3));
+        assert!(!c.malformed);
+        assert_eq!(cc("stale-while-revalidatex=5").stale_while_revalidate, None);
+    }
+
+    /// The remembered last value never answers for another one.
+    #[test]
+    fn remembered_parse_answers_only_for_its_own_value() {
+        let mut h = HeaderMap::new();
+        for (value, max_age) in [
+            ("max-age=60", Some(60)),
+            ("max-age=61", Some(61)),
+            ("max-age=60", Some(60)),
+            ("MAX-AGE=60", Some(60)),
+            ("no-store", None),
+            ("max-age=60", Some(60)),
+        ] {
+            h.insert(header::CACHE_CONTROL, value.parse().unwrap());
+            let c = CacheControl::from_headers(&h, &header::CACHE_CONTROL);
+            assert_eq!(
+                (c.max_age, c.no_store),
+                (max_age, value == "no-store"),
+                "{value}"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use http::{header, HeaderMap, HeaderName};
 
-use crate::field::{combined, split_list};
+use crate::field::{combined, list_members, split_list};
 
 /// Fields that are always connection-specific (RFC 9110 §7.6.1), plus
 /// `Connection` itself.
@@ -25,7 +25,7 @@ pub fn connection_fields(headers: &HeaderMap) -> Vec<HeaderName> {
         .map(|n| HeaderName::from_static(n))
         .collect();
     if let Some(value) = combined(headers, &header::CONNECTION) {
-        for option in split_list(&value) {
+        for option in list_members(&value) {
             if let Ok(name) = HeaderName::from_bytes(option.as_bytes()) {
                 if !names.contains(&name) {
                     names.push(name);
@@ -38,6 +38,18 @@ pub fn connection_fields(headers: &HeaderMap) -> Vec<HeaderName> {
 
 /// Removes the connection-specific fields from `headers`.
 pub fn strip_connection_fields(headers: &mut HeaderMap) {
+    // Nearly every response has none of them: look before allocating the list.
+    const ALWAYS: [HeaderName; 6] = [
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[0]),
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[1]),
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[2]),
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[3]),
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[4]),
+        HeaderName::from_static(ALWAYS_CONNECTION_SPECIFIC[5]),
+    ];
+    if ALWAYS.iter().all(|n| !headers.contains_key(n)) {
+        return;
+    }
     for name in connection_fields(headers) {
         headers.remove(&name);
     }

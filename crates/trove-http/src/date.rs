@@ -215,6 +215,28 @@ fn asctime_date(b: &[u8]) -> Option<SystemTime> {
 /// Parses an HTTP-date in one of its three forms (see the module docs). `None` for
 /// anything else; never panics.
 pub fn parse(s: &str) -> Option<SystemTime> {
+    // A stored response's `Date` is read several times while it is judged, and responses
+    // of one second share it: the last date read on this thread is kept with its result
+    // (which depends on the text alone, compared in full).
+    thread_local! {
+        static LAST: std::cell::Cell<([u8; 29], Option<SystemTime>)> =
+            const { std::cell::Cell::new(([0; 29], None)) };
+    }
+    let Ok(key) = <[u8; 29]>::try_from(s.as_bytes()) else {
+        return parse_uncached(s);
+    };
+    LAST.with(|last| {
+        let (text, at) = last.get();
+        if text == key && at.is_some() {
+            return at;
+        }
+        let at = parse_uncached(s);
+        last.set((key, at));
+        at
+    })
+}
+
+fn parse_uncached(s: &str) -> Option<SystemTime> {
     // The form nearly every server sends, IMF-fixdate with a matching weekday, read by
     // `httpdate` without allocating: a stored response's dates are read on every hit that
     // carries a condition. It reads that form exactly as `parse_forms` does.
@@ -236,6 +258,25 @@ fn parse_forms(s: &str) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The remembered last date never answers for another text.
+    #[test]
+    fn remembered_date_answers_only_for_its_own_text() {
+        let a = "Sun, 06 Nov 1994 08:49:37 GMT";
+        let b = "Sun, 06 Nov 1994 08:49:38 GMT";
+        let bad = "Sun, 06 Nov 1994 08:49:3x GMT";
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        for (text, want) in [
+            (a, Some(t)),
+            (b, Some(t + Duration::from_secs(1))),
+            (bad, None),
+            (a, Some(t)),
+            (a, Some(t)),
+            (bad, None),
+        ] {
+            assert_eq!(parse(text), want, "{text}");
+        }
+    }
 
     /// The allocation-free path for IMF-fixdate agrees with the three-form reader on every
     /// date it accepts (one a day or so over 1970–2400, at varied times of day).

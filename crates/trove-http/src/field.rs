@@ -5,6 +5,7 @@
 //! Every function here accepts arbitrary bytes from the network and returns
 //! `None` (or skips the member) instead of panicking.
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderName};
@@ -15,53 +16,78 @@ pub const DELTA_SECONDS_MAX: u64 = 2_147_483_648;
 
 /// All field lines of `name` joined with ", " (RFC 9110 §5.3), or `None` when
 /// the field is absent. Bytes that are not UTF-8 are replaced, which can only
-/// make a directive unrecognisable, never invent one.
-pub(crate) fn combined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
-    let mut out: Option<String> = None;
-    for value in headers.get_all(name) {
-        let text = String::from_utf8_lossy(value.as_bytes());
-        match out.as_mut() {
-            Some(s) => {
-                s.push_str(", ");
-                s.push_str(&text);
-            }
-            None => out = Some(text.into_owned()),
-        }
+/// make a directive unrecognisable, never invent one. A single line of UTF-8
+/// (nearly every field) is borrowed, not copied.
+pub(crate) fn combined<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<Cow<'a, str>> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let mut out = String::from_utf8_lossy(first.as_bytes());
+    for value in lines {
+        let s = out.to_mut();
+        s.push_str(", ");
+        s.push_str(&String::from_utf8_lossy(value.as_bytes()));
     }
-    out
+    Some(out)
 }
 
 /// Splits a `#list` (RFC 9110 §5.6.1) on commas that are outside quoted
 /// strings, trims optional whitespace and drops empty members.
 pub(crate) fn split_list(s: &str) -> Vec<&str> {
-    let mut members = Vec::new();
-    let mut start = 0;
-    let mut in_quotes = false;
-    let mut escaped = false;
-    for (i, c) in s.char_indices() {
-        if in_quotes {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_quotes = false;
-            }
-        } else if c == '"' {
-            in_quotes = true;
-        } else if c == ',' {
-            push_member(&mut members, &s[start..i]);
-            start = i + 1;
-        }
-    }
-    push_member(&mut members, &s[start..]);
-    members
+    list_members(s).collect()
 }
 
-fn push_member<'a>(members: &mut Vec<&'a str>, raw: &'a str) {
-    let trimmed = trim_ows(raw);
-    if !trimmed.is_empty() {
-        members.push(trimmed);
+/// [`split_list`] as an iterator, allocating nothing.
+pub(crate) fn list_members(s: &str) -> ListMembers<'_> {
+    ListMembers { rest: Some(s) }
+}
+
+/// The members of a `#list`, in order ([`list_members`]).
+pub(crate) struct ListMembers<'a> {
+    /// What is left to split; `None` once the last member was given.
+    rest: Option<&'a str>,
+}
+
+impl<'a> Iterator for ListMembers<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        loop {
+            let s = self.rest?;
+            let mut in_quotes = false;
+            let mut escaped = false;
+            let mut end = None;
+            for (i, b) in s.bytes().enumerate() {
+                if in_quotes {
+                    if escaped {
+                        escaped = false;
+                    } else if b == b'\\' {
+                        escaped = true;
+                    } else if b == b'"' {
+                        in_quotes = false;
+                    }
+                } else if b == b'"' {
+                    in_quotes = true;
+                } else if b == b',' {
+                    end = Some(i);
+                    break;
+                }
+            }
+            // Commas and quotes are ASCII: `i` is a character boundary.
+            let raw = match end {
+                Some(i) => {
+                    self.rest = Some(&s[i + 1..]);
+                    &s[..i]
+                }
+                None => {
+                    self.rest = None;
+                    s
+                }
+            };
+            let trimmed = trim_ows(raw);
+            if !trimmed.is_empty() {
+                return Some(trimmed);
+            }
+        }
     }
 }
 
@@ -71,10 +97,11 @@ pub(crate) fn trim_ows(s: &str) -> &str {
 }
 
 /// Removes one level of quoted-string quoting (RFC 9110 §5.6.4), undoing
-/// quoted-pairs. Returns `None` for an unterminated quoted string.
-pub(crate) fn unquote(s: &str) -> Option<String> {
+/// quoted-pairs. Returns `None` for an unterminated quoted string. A value
+/// that is not quoted is borrowed.
+pub(crate) fn unquote(s: &str) -> Option<Cow<'_, str>> {
     let Some(inner) = s.strip_prefix('"') else {
-        return Some(s.to_owned());
+        return Some(Cow::Borrowed(s));
     };
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
@@ -84,7 +111,7 @@ pub(crate) fn unquote(s: &str) -> Option<String> {
             '"' => {
                 // Anything after the closing quote makes the value malformed.
                 return if chars.as_str().is_empty() {
-                    Some(out)
+                    Some(Cow::Owned(out))
                 } else {
                     None
                 };

@@ -15,7 +15,7 @@
 
 use http::{header, HeaderMap, HeaderName};
 
-use crate::field::{combined, is_token, split_list};
+use crate::field::{combined, is_token, list_members};
 
 /// The selecting header fields of a stored response.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl Vary {
             return Vary::Fields(Vec::new());
         };
         let mut names = Vec::new();
-        for member in split_list(&value) {
+        for member in list_members(&value) {
             if member == "*" || !is_token(member) {
                 // A name we cannot read could select anything; matching
                 // nothing is the only safe reading.

@@ -159,24 +159,19 @@ pub fn answer(
 }
 
 /// A validator that changes with the object's version.
-fn etag(version: u64) -> HeaderValue {
-    let mut b = itoa_hex(version);
-    b.insert(0, b'"');
-    b.push(b'"');
-    HeaderValue::from_bytes(&b).expect("hex digits and quotes")
-}
-
-fn itoa_hex(mut n: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(18);
+fn etag(mut version: u64) -> HeaderValue {
+    // `"` + up to 16 hex digits + `"`, written backwards into a buffer on the stack.
+    let mut b = [b'"'; 18];
+    let mut at = 17;
     loop {
-        v.push(b"0123456789abcdef"[(n & 15) as usize]);
-        n >>= 4;
-        if n == 0 {
+        at -= 1;
+        b[at] = b"0123456789abcdef"[(version & 15) as usize];
+        version >>= 4;
+        if version == 0 {
             break;
         }
     }
-    v.reverse();
-    v
+    HeaderValue::from_bytes(&b[at - 1..]).expect("hex digits and quotes")
 }
 
 fn max_age(secs: u64) -> HeaderValue {
@@ -217,6 +212,17 @@ impl Origin for TraceOrigin<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etags_are_quoted_hex() {
+        for (v, want) in [
+            (0, "\"0\""),
+            (300, "\"12c\""),
+            (u64::MAX, "\"ffffffffffffffff\""),
+        ] {
+            assert_eq!(etag(v), want);
+        }
+    }
 
     #[test]
     fn cachable_uncachable_and_not_modified() {
