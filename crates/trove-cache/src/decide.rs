@@ -141,10 +141,12 @@ pub enum Memo {
     Unknown,
 }
 
+/// The stored response would have done (it is fresh) but the request's own directives
+/// refuse it: RFC 9211 §2.2's `fwd=request`, as against `fwd=stale`.
 fn client_forced(reason: ValidateReason) -> bool {
     matches!(
         reason,
-        ValidateReason::RequestNoCache | ValidateReason::RequestMaxAge
+        ValidateReason::RequestNoCache | ValidateReason::RequestMaxAge | ValidateReason::MinFresh
     )
 }
 

@@ -250,8 +250,13 @@ async fn request_max_age_limits_reuse_9111_5_2_1_1() {
 #[tokio::test]
 async fn request_min_fresh_limits_reuse_9111_5_2_1_3() {
     let (origin, trove, _) = twice(&[("cache-control", "max-age=100")]).await;
-    kit::get(&trove, URL, &[("cache-control", "min-fresh=500")]).await;
+    let r = kit::get(&trove, URL, &[("cache-control", "min-fresh=500")]).await;
     assert_eq!(origin.hits(), 2);
+    // The stored response was fresh; the request's own directive refused it (RFC 9211
+    // §2.2 `fwd=request`, not `fwd=stale`).
+    let status = r.header("cache-status").unwrap_or("");
+    assert!(status.contains("fwd=request"), "{status}");
+    assert!(trove.result(2).await.starts_with("TCP_CLIENT_REFRESH_MISS"));
 }
 
 #[tokio::test]
