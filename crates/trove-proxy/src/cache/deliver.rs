@@ -60,6 +60,8 @@ pub fn stored(
                 outcome,
                 "precondition failed",
             );
+            // Answered from the stored response, as a 304 is: it says so.
+            r.headers.insert(CACHE_STATUS, cache_status);
             r.peer = peer;
             return r;
         }
