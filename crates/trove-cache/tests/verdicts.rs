@@ -82,7 +82,12 @@ fn every_verdict_in_the_table() {
     let mut failures = Vec::new();
     for case in &cases {
         let store = Arc::new(MemoryStore::new(8 << 20, 4, 1 << 20, EvictionKind::Lru));
-        let mut engine = Engine::new(store, Policy::default(), CookiePolicy::default());
+        let policy = if case.reverse {
+            Policy::reverse_proxy()
+        } else {
+            Policy::default()
+        };
+        let mut engine = Engine::new(store, policy, CookiePolicy::default());
         let plain = HeaderMap::new();
         if let Some(stored) = case.stored {
             let prime = Answer::Respond(200, verdict_table::pairs(stored.split(';')));
@@ -127,7 +132,7 @@ fn every_verdict_in_the_table() {
             ));
         }
     }
-    assert!(cases.len() >= 70, "the table has {} cases", cases.len());
+    assert!(cases.len() >= 80, "the table has {} cases", cases.len());
     assert!(
         failures.is_empty(),
         "{} of {} cases differ:\n{}",

@@ -1,5 +1,6 @@
 //! The core's table of verdicts (`trove-cache/tests/verdict_table/cases.table`) run
-//! through `trove serve` over loopback: the same result codes, `Cache-Status`, origin
+//! through `trove serve` over loopback (a forward proxy, and a reverse proxy for the
+//! table's `@policy reverse` cases): the same result codes, `Cache-Status`, origin
 //! requests and follow-up results the engine gives in virtual time, so the proxy's driver
 //! takes no decision of its own on these paths.
 //!
@@ -51,15 +52,19 @@ fn action(answer: &Answer, date: Option<SystemTime>) -> Action {
     }
 }
 
-/// The result code of the `k`-th access log line for `url` (waits for it, 5 s at most).
-async fn result_for(trove: &Trove, url: &str, k: usize) -> String {
+/// The result code of the `k`-th access log line for `path` (waits for it, 5 s at most).
+async fn result_for(trove: &Trove, path: &str, k: usize) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let lines: Vec<String> = trove
             .log_lines(0)
             .await
             .into_iter()
-            .filter(|l| l.split_whitespace().nth(6) == Some(url))
+            .filter(|l| {
+                l.split_whitespace()
+                    .nth(6)
+                    .is_some_and(|u| u.ends_with(path))
+            })
             .collect();
         if let Some(l) = lines.get(k) {
             return l.split_whitespace().nth(3).unwrap_or("<none>").to_string();
@@ -105,7 +110,8 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
         })
         .await
     };
-    let trove = Trove::forward(|_| {}).await;
+    let forward = Trove::forward(|_| {}).await;
+    let reverse = Trove::reverse(&origin, |_| {}).await;
     let base = format!("http://{}", origin.addr);
     let cases: Vec<(usize, Case)> = verdict_table::cases()
         .into_iter()
@@ -124,7 +130,12 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
     };
     for (i, case) in &cases {
         let path = format!("/v{i}");
-        let url = format!("{base}{path}");
+        // A forward proxy is asked for the origin's URL, a reverse proxy for its path.
+        let (trove, url) = if case.reverse {
+            (&reverse, path.clone())
+        } else {
+            (&forward, format!("{base}{path}"))
+        };
         // Access log lines for this URL so far.
         let mut lines = 0;
         if let Some(stored) = case.stored {
@@ -139,7 +150,7 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
             trove.client().await.request("GET", &url, &[]).await;
             // Lines are written as responses complete: wait for this one before the next
             // request, so the log's order is the requests' order.
-            result_for(&trove, &url, lines).await;
+            result_for(trove, &path, lines).await;
             lines += 1;
         }
         let before = seen(&path).len();
@@ -159,7 +170,7 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
         let want_asked: usize = case.asked.trim_end_matches('c').parse().unwrap();
         kit::eventually(|| seen(&path).len() - before >= want_asked).await;
         let during: Vec<bool> = seen(&path)[before..].to_vec();
-        let result = result_for(&trove, &url, lines).await;
+        let result = result_for(trove, &path, lines).await;
         lines += 1;
         let cache_status = resp
             .header("cache-status")
@@ -175,7 +186,7 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
                     .answers
                     .insert(path.clone(), VecDeque::from([plain]));
                 trove.client().await.request("GET", &url, &[]).await;
-                result_for(&trove, &url, lines).await
+                result_for(trove, &path, lines).await
             }
         };
         let got = [
@@ -201,7 +212,7 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
             ));
         }
     }
-    assert!(cases.len() >= 60, "{} cases run over sockets", cases.len());
+    assert!(cases.len() >= 75, "{} cases run over sockets", cases.len());
     assert!(
         failures.is_empty(),
         "{} of {} cases differ:\n{}",

@@ -20,6 +20,10 @@
 //!   conditional (`1c`);
 //! - **then**: `RESULT/status` of a plain GET right after (the origin, if asked, answers
 //!   200 with `max-age=60`), or `-`.
+//!
+//! A line `@policy reverse` runs the cases after it under a reverse proxy's policy (which
+//! obeys the targeted fields `Trove-Cache-Control` and `CDN-Cache-Control`, RFC 9213),
+//! `@policy forward` under a forward proxy's (the default).
 
 #![allow(dead_code)] // Each test uses what it needs.
 
@@ -45,6 +49,8 @@ pub struct Case {
     pub cache_status: &'static str,
     pub asked: &'static str,
     pub then: Option<&'static str>,
+    /// Under a reverse proxy's policy.
+    pub reverse: bool,
 }
 
 /// What the origin does.
@@ -106,15 +112,24 @@ pub fn fields(pairs: &[(&str, &str)]) -> HeaderMap {
 }
 
 pub fn cases() -> Vec<Case> {
+    let mut reverse = false;
     TABLE
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|line| {
+        .filter_map(|line| {
+            if let Some(policy) = line.strip_prefix("@policy ") {
+                reverse = match policy.trim() {
+                    "reverse" => true,
+                    "forward" => false,
+                    other => panic!("unknown policy {other:?}"),
+                };
+                return None;
+            }
             let c: Vec<&'static str> = line.split('|').map(str::trim).collect();
             assert_eq!(c.len(), 9, "nine columns: {line}");
             let mut request = c[3].split(';');
-            Case {
+            Some(Case {
                 name: c[0],
                 stored: (c[1] != "-").then_some(c[1]),
                 age: c[2].parse().expect("age"),
@@ -125,7 +140,8 @@ pub fn cases() -> Vec<Case> {
                 cache_status: c[6],
                 asked: c[7],
                 then: (c[8] != "-").then_some(c[8]),
-            }
+                reverse,
+            })
         })
         .collect()
 }
