@@ -188,7 +188,15 @@ impl Running {
         for (name, changed) in [
             ("listener", old.listeners != settings.listeners),
             ("access", old.access != settings.access),
-            ("cache", old.cache != settings.cache),
+            // `eviction` takes a restart (the store is built once): not a change a reload made.
+            (
+                "cache",
+                old.cache
+                    != crate::settings::CacheSettings {
+                        eviction: old.cache.eviction,
+                        ..settings.cache.clone()
+                    },
+            ),
             ("limits", old.limits != settings.limits),
             ("timeouts", old.timeouts != settings.timeouts),
             ("origin_pool", old.origin_pool != settings.origin_pool),

@@ -61,14 +61,25 @@ pub async fn run(
         bytes_to_client: 0,
         refused: None,
     };
+    // A refusal's answer, counted in the access log's bytes as any response is.
+    async fn answer(wr: &mut OwnedWriteHalf, status: StatusCode, bytes: &[u8]) -> TunnelResult {
+        let sent = match wr.write_all(bytes).await {
+            Ok(()) => bytes.len() as u64,
+            Err(_) => 0,
+        };
+        TunnelResult {
+            status,
+            bytes_to_client: sent,
+            refused: None,
+        }
+    }
     if !allowed_ports.contains(&port) {
         let allowed: Vec<String> = allowed_ports.iter().map(u16::to_string).collect();
         let why = format!(
             "CONNECT to port {port} is not allowed: [connect] allowed_ports is [{}]",
             allowed.join(", ")
         );
-        let _ = wr.write_all(forbidden(&why).as_bytes()).await;
-        return refuse(StatusCode::FORBIDDEN);
+        return answer(&mut wr, StatusCode::FORBIDDEN, forbidden(&why).as_bytes()).await;
     }
     // Resolve once, check every address, connect to exactly those.
     let open = async {
@@ -78,27 +89,24 @@ pub async fn run(
     let server = match tokio::time::timeout(connect_timeout, open).await {
         Ok(Ok(s)) => s,
         Ok(Err(Blocked::Refused(why))) => {
-            let _ = wr.write_all(forbidden(why.explain()).as_bytes()).await;
+            let text = forbidden(why.explain());
+            let sent = answer(&mut wr, StatusCode::FORBIDDEN, text.as_bytes()).await;
             return TunnelResult {
                 refused: Some(why),
-                ..refuse(StatusCode::FORBIDDEN)
+                ..sent
             };
         }
         // The name did not resolve, or no address accepted: as before the guard (a name
         // server that did not answer in time is a timeout, below).
         Ok(Err(Blocked::Resolve(e))) if e.kind() != std::io::ErrorKind::TimedOut => {
-            let _ = wr
-                .write_all(
-                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .await;
-            return refuse(StatusCode::BAD_GATEWAY);
+            let head =
+                b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            return answer(&mut wr, StatusCode::BAD_GATEWAY, head).await;
         }
         Ok(Err(Blocked::Resolve(_))) | Err(_) => {
-            let _ = wr
-                .write_all(b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                .await;
-            return refuse(StatusCode::GATEWAY_TIMEOUT);
+            let head =
+                b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            return answer(&mut wr, StatusCode::GATEWAY_TIMEOUT, head).await;
         }
     };
     let _ = server.set_nodelay(true);

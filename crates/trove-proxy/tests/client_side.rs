@@ -339,6 +339,11 @@ async fn connect_tunnel_reaches_allowed_ports_only() {
         "{}",
         r.text()
     );
+    // Logged with the bytes it sent, head and body, as any response is.
+    let line = trove.log_lines(1).await[0].clone();
+    let bytes: usize = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert!(line.contains("TCP_DENIED/403"), "{line}");
+    assert!(bytes > r.text().len(), "{line}");
 }
 
 #[tokio::test]
