@@ -793,3 +793,87 @@ async fn stats_count_objects_rules_and_tags() {
     let shared = Arc::clone(&e.trove.running.shared);
     assert!(kit::eventually(|| shared.store.stats().objects == 0).await);
 }
+
+/// This process's resident set, in bytes (Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Issue 19, defect 3: pending bans are bounded by count (10,000 by default): past it a ban
+/// is refused with a 429 `too-many-bans` that says why, and nothing is recorded. (Before:
+/// every ban was taken, however many.)
+#[tokio::test]
+async fn issue_19_pending_bans_are_bounded_by_count() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let mut refused = None;
+    for i in 0..10_001 {
+        if let Err(err) = e
+            .tcp
+            .ban("url", "==", &format!("http://a/{i}"), Mode::Hard)
+            .await
+        {
+            refused = Some((i, err));
+            break;
+        }
+    }
+    let (i, err) = refused.expect("a ban past the bound is refused");
+    assert_eq!(i, 10_000, "{err}");
+    assert_eq!(err.code(), Some("too-many-bans"), "{err}");
+    assert!(err.to_string().contains("429"), "{err}");
+    assert!(err.to_string().contains("pending bans"), "{err}");
+    assert_eq!(e.tcp.stats().await.unwrap().pending_bans, 10_000);
+}
+
+/// Issue 19, defect 3: pending bans are bounded by the memory their compiled patterns hold
+/// (64 MiB by default), which `/metrics` counts (`trove_ban_bytes`): regex bans that cost
+/// much each are refused once that is reached, and the process's memory stays near the
+/// bound. (Before: each `url ~ …\w{20}` ban took ~1.3 MiB, 1,500 took RSS to 2 GB.)
+#[tokio::test]
+async fn issue_19_pending_bans_are_bounded_by_memory() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let before = rss();
+    let mut accepted = 0u64;
+    let mut refused = None;
+    for i in 0..1_500 {
+        match e
+            .tcp
+            .ban(
+                "url",
+                "~",
+                &format!(r"^http://h{i}/\w{{6}}[a-z]+\w{{6}}"),
+                Mode::Hard,
+            )
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(err) => {
+                refused = Some(err);
+                break;
+            }
+        }
+    }
+    let grown = rss().saturating_sub(before);
+    let err = refused.expect("refused past the memory bound");
+    assert_eq!(err.code(), Some("too-many-bans"), "{err}");
+    let metrics = e.trove.running.shared.render_metrics();
+    let bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("trove_ban_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("trove_ban_bytes");
+    assert!(bytes <= 64 << 20, "{bytes}");
+    assert!(bytes > 32 << 20, "{accepted} bans counted as {bytes} bytes");
+    eprintln!("{accepted} bans, counted {bytes} bytes, RSS grew {grown} bytes");
+    assert!(
+        grown < 160 << 20,
+        "RSS grew {grown} bytes for {accepted} bans"
+    );
+}
+

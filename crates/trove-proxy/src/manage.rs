@@ -36,6 +36,9 @@ pub enum ManageError {
     UnknownCache(String),
     #[error("invalid ban pattern: {0}")]
     BadPattern(#[from] BanError),
+    /// Pending bans are at their bound (count or memory): nothing was recorded.
+    #[error("ban refused: {0}")]
+    TooManyBans(BanError),
     #[error("{0}")]
     BadTag(String),
     #[error("object larger than the store admits ({0} bytes)")]
@@ -60,6 +63,7 @@ impl ManageError {
             ManageError::BadPattern(_) | ManageError::BadTag(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ManageError::BadUrl(_) | ManageError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ManageError::NotDurable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ManageError::TooManyBans(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -73,6 +77,7 @@ impl ManageError {
             ManageError::BadRequest(_) => "bad-request",
             ManageError::NotFound => "not-found",
             ManageError::NotDurable(_) => "not-durable",
+            ManageError::TooManyBans(_) => "too-many-bans",
         }
     }
 
@@ -186,7 +191,7 @@ pub fn labels(
     let hashes = tags.iter().map(|t| tag_hash(t)).collect();
     let cache = cache.or_else(|| shared.named_caches.select(url)).map(|n| {
         let h = cache_hash(n);
-        inv.name(h, n);
+        inv.cache_name(h, n);
         h
     });
     Labels::new(hashes, cache, born)
@@ -296,7 +301,9 @@ pub fn invalidate(
     }
     if let Some(b) = &req.ban {
         let ban = Ban::parse(&b.subject, &b.op, &b.value)?;
-        let seq = inv.add(Selector::Ban(Arc::new(ban)), mode, now);
+        let seq = inv
+            .add_ban(ban, mode, now)
+            .map_err(ManageError::TooManyBans)?;
         counted(Kind::Ban);
         return Ok(ack(seq, "ban", None, None));
     }

@@ -61,6 +61,8 @@ pub mod names {
     /// Invalidation rules not yet retired by the background sweep, and of those bans.
     pub const INVALIDATION_RULES: &str = "trove_invalidation_rules_pending";
     pub const BANS: &str = "trove_bans_pending";
+    /// Bytes the pending bans' compiled patterns hold (issue 19: bounded, see `BanLimits`).
+    pub const BAN_BYTES: &str = "trove_ban_bytes";
     /// (object, tag or named cache) pairs in the tag index.
     pub const TAG_MEMBERSHIPS: &str = "trove_tag_memberships";
     /// Tags from origin responses dropped for length or count (`[tags]`).
@@ -587,6 +589,11 @@ impl Metrics {
                 inv.pending,
             ),
             (names::BANS, "Bans not yet retired.", inv.bans),
+            (
+                names::BAN_BYTES,
+                "Bytes the pending bans' compiled patterns hold.",
+                inv.ban_bytes,
+            ),
             (
                 names::TAG_MEMBERSHIPS,
                 "(object, tag) pairs in the tag index.",
