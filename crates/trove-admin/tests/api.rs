@@ -877,3 +877,93 @@ async fn issue_19_pending_bans_are_bounded_by_memory() {
     );
 }
 
+/// Issue 19, defect 9: a put is refused, with a `bad-request` that says why and nothing
+/// stored, when it names a query parameter the call does not take (`TTL=5`, `tags=x`:
+/// before, answered 201 and stored an untagged object fresh until invalidated) or one it
+/// takes once twice, when its status is none HTTP defines (600–999: before, stored), and
+/// when it would store a `Set-Cookie` for every client under the default `set_cookie =
+/// "strip"` (before: every hit carried it). The other calls refuse unknown parameters too.
+#[tokio::test]
+async fn issue_19_puts_with_unknown_parameters_bad_statuses_or_cookies_are_refused() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let seq0 = e.tcp.stats().await.unwrap().seq;
+    let raw = |m: Method, p: String, h: HeaderMap| {
+        let c = &e.tcp;
+        async move { c.raw(m, &p, h, Bytes::from_static(b"x")).await.unwrap() }
+    };
+    let u = url("/p");
+    let mut cookie = HeaderMap::new();
+    cookie.insert("trove-set", "Set-Cookie: session=1".parse().unwrap());
+    let cases: Vec<(Method, String, HeaderMap, &str)> = vec![
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&tags=x&TTL=5"),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&ttl=5&ttl=6"),
+            HeaderMap::new(),
+            "given twice",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=600"),
+            HeaderMap::new(),
+            "status 600",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=999"),
+            HeaderMap::new(),
+            "status 999",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=70000"),
+            HeaderMap::new(),
+            "status",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}"),
+            cookie,
+            "Set-Cookie",
+        ),
+        (
+            Method::GET,
+            format!("/v1/object?url={u}&x=1"),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+        (
+            Method::GET,
+            "/v1/bans?limt=5".to_string(),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+    ];
+    for (m, p, h, why) in cases {
+        let a = raw(m.clone(), p.clone(), h).await;
+        assert_eq!(a.status.as_u16(), 400, "{m} {p}: {:?}", a.body);
+        let err: wire::ErrorBody = serde_json_from(&a.body);
+        assert_eq!(err.error.code, "bad-request", "{m} {p}");
+        assert!(
+            err.error.message.contains(why),
+            "{m} {p}: {}",
+            err.error.message
+        );
+    }
+    assert_eq!(e.tcp.stats().await.unwrap().seq, seq0, "nothing applied");
+    assert!(e.tcp.get(&u).await.unwrap().is_none(), "nothing stored");
+    // The same put, well formed, is taken.
+    let a = raw(
+        Method::PUT,
+        format!("/v1/object?url={u}&ttl=5&tag=x&tag=y"),
+        HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(a.status.as_u16(), 201, "{:?}", a.body);
+}

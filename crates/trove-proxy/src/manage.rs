@@ -347,10 +347,28 @@ fn settable(name: &HeaderName) -> bool {
 /// Stores `put`; every variant stored before for the URL is replaced.
 pub fn put(shared: &Shared, put: Put, now: SystemTime) -> Result<api::Ack, ManageError> {
     let url = Target::parse(&put.url).map_err(bad_url)?;
+    // A status HTTP defines (RFC 9110 §15: three digits, 100–599; 600–999 are none), final,
+    // and not a 304 (an answer to a condition, not a response to store).
     let status = StatusCode::from_u16(put.status)
         .ok()
-        .filter(|s| !s.is_informational() && *s != StatusCode::NOT_MODIFIED)
-        .ok_or_else(|| ManageError::BadRequest(format!("status {} can't be stored", put.status)))?;
+        .filter(|s| (200..=599).contains(&s.as_u16()) && *s != StatusCode::NOT_MODIFIED)
+        .ok_or_else(|| {
+            ManageError::BadRequest(format!(
+                "status {} can't be stored (200 to 599, not 304)",
+                put.status
+            ))
+        })?;
+    // Every hit on a put object goes to every client: a `Set-Cookie` stored with it would be
+    // handed to all of them, which the cookie policy forbids unless it is "rfc".
+    if put.headers.contains_key(header::SET_COOKIE)
+        && shared.settings.cache.cookies.set_cookie != trove_cache::SetCookiePolicy::Rfc
+    {
+        return Err(ManageError::BadRequest(format!(
+            "Set-Cookie can't be stored: every client would get it ([cache.cookies] \
+             set_cookie = {:?})",
+            shared.settings.cache.cookies.set_cookie.as_str()
+        )));
+    }
     check_tags(&shared.settings.tags, &put.tags)?;
     if let Some(c) = &put.cache {
         if !shared.named_caches.knows(c) {

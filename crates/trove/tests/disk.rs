@@ -364,6 +364,7 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
         return;
     };
     let ro_fs = Tmpfs::mount(&ro, "ro,size=1m");
+    // Issue 19, defect 11: with the default `on_failure = "stop"`, start-up fails.
     let (origin, _) = origin();
     let t = start(&dir, &config(&full, "16MiB", ""));
     for i in 0..200 {
@@ -387,7 +388,14 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
     assert!(failed, "the full disk was noticed");
     if let Some(ro_fs) = ro_fs {
         let dir2 = TempDir::new("disk-ro-conf");
-        let t = start(&dir2, &config(&ro.join("cache"), "4MiB", ""));
+        let err = try_start(&dir2, &config(&ro.join("cache"), "4MiB", ""))
+            .err()
+            .expect("a read-only directory stops the start");
+        assert!(err.contains("on_failure"), "{err}");
+        let t = start(
+            &dir2,
+            &config(&ro.join("cache"), "4MiB", "on_failure = \"memory\"\n"),
+        );
         assert_eq!(metric(&t.admin, "trove_disk_failed"), 1.0);
         get(&t.proxy, &origin, 1).expect("serving");
         let (head, b) = get(&t.proxy, &origin, 1).expect("serving");
