@@ -99,6 +99,10 @@ pub mod names {
     pub const DISK_RECLAIMED: &str = "trove_disk_regions_reclaimed_total";
     pub const DISK_REINSERTED: &str = "trove_disk_reinserted_total";
     pub const DISK_IO_ERRORS: &str = "trove_disk_io_errors_total";
+    /// Regions recovery dropped whole (a damaged header, a data file cut short).
+    pub const DISK_REGIONS_DISCARDED: &str = "trove_disk_regions_discarded_total";
+    /// Starts that found acknowledged invalidations damaged in the journal.
+    pub const DISK_JOURNAL_DAMAGED: &str = "trove_disk_journal_damaged_total";
     pub const DISK_RECOVERED: &str = "trove_disk_recovered_objects";
     pub const DISK_RECOVERY_SECONDS: &str = "trove_disk_recovery_seconds";
     /// 1 once the index is back after a start.
@@ -173,7 +177,7 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
-    let counters: [(&str, &str, u64); 8] = [
+    let counters: [(&str, &str, u64); 10] = [
         (names::DISK_WRITES, "Objects written to disk.", d.writes),
         (
             names::DISK_WRITE_BYTES,
@@ -202,6 +206,16 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
             d.reinserted,
         ),
         (names::DISK_IO_ERRORS, "Disk I/O errors.", d.io_errors),
+        (
+            names::DISK_REGIONS_DISCARDED,
+            "Regions recovery dropped whole: a damaged region header, a data file cut short.",
+            d.regions_discarded,
+        ),
+        (
+            names::DISK_JOURNAL_DAMAGED,
+            "Starts that found the invalidation journal damaged (objects it may cover dropped).",
+            d.journal_damaged,
+        ),
     ];
     for (name, help, v) in counters {
         let _ = writeln!(
