@@ -138,7 +138,90 @@ fn bad(message: impl Into<String>) -> Refusal {
     Refusal::new(StatusCode::BAD_REQUEST, "bad-request", message)
 }
 
-type Reply = Response<Full<Bytes>>;
+/// A reply's body: whole (JSON, small objects) or streamed (a stored body read as it is
+/// sent, never whole in memory: issue 19, defect 6).
+pub enum ApiBody {
+    Whole(Full<Bytes>),
+    Stream(tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>),
+}
+
+impl http_body::Body for ApiBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        use std::task::Poll;
+        match self.get_mut() {
+            ApiBody::Whole(f) => match std::pin::Pin::new(f).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
+                Poll::Ready(Some(Err(never))) => match never {},
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+            ApiBody::Stream(rx) => match rx.poll_recv(cx) {
+                Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(http_body::Frame::data(b)))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ApiBody::Whole(f) => f.is_end_stream(),
+            ApiBody::Stream(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            ApiBody::Whole(f) => f.size_hint(),
+            ApiBody::Stream(_) => http_body::SizeHint::default(),
+        }
+    }
+}
+
+impl From<Bytes> for ApiBody {
+    fn from(b: Bytes) -> ApiBody {
+        ApiBody::Whole(Full::new(b))
+    }
+}
+
+type Reply = Response<ApiBody>;
+
+/// Chunks of a streamed body in flight between the store and the socket: with reads of at
+/// most 256 KiB (disk fragments) a reply holds about a megabyte at most, whatever its size.
+const STREAM_CHUNKS: usize = 2;
+
+/// How long one chunk of a stored body may take to arrive while it is streamed.
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Streams `obj`'s body from its start; the reader stops when the client goes away.
+fn stream_body(obj: &Arc<trove_store::Object>) -> ApiBody {
+    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
+    let mut r = obj.body.reader(0);
+    tokio::spawn(async move {
+        loop {
+            let item = match tokio::time::timeout(CHUNK_TIMEOUT, r.next()).await {
+                Ok(Some(Ok(b))) => Ok(b),
+                Ok(None) => return,
+                Ok(Some(Err(e))) => Err(std::io::Error::other(format!(
+                    "the stored body failed: {e}"
+                ))),
+                Err(_) => Err(std::io::Error::other("the stored body stalled")),
+            };
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    ApiBody::Stream(rx)
+}
 
 /// Answers one request under `/v1/`.
 pub async fn handle(api: &Api, req: Request<Incoming>) -> Reply {
@@ -195,23 +278,31 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
     let method = req.method().clone();
     match (&method, first, second) {
         (&Method::PUT, "object", None) => {
-            let url = query.url()?;
+            let url = query
+                .only(&["url", "ttl", "status", "cache", "tag"], &["tag"])?
+                .url()?;
             let put = read_put(api, shared, &query, url, req).await?;
             Ok(json(StatusCode::CREATED, &manage::put(shared, put, now)?))
         }
         (&Method::GET | &Method::HEAD, "object", None) => {
-            get_object(shared, query.url()?, method == Method::HEAD).await
+            get_object(
+                shared,
+                query.only(&["url"], &[])?.url()?,
+                method == Method::HEAD,
+            )
+            .await
         }
         (&Method::DELETE, "object", None) => {
-            let ack = manage::delete(shared, query.url()?, now)?;
+            let ack = manage::delete(shared, query.only(&["url"], &[])?.url()?, now)?;
             manage::durable(shared, ack.seq).await?;
             Ok(json(StatusCode::OK, &ack))
         }
         (&Method::GET, "meta", None) => Ok(json(
             StatusCode::OK,
-            &manage::meta(shared, query.url()?, now)?,
+            &manage::meta(shared, query.only(&["url"], &[])?.url()?, now)?,
         )),
         (&Method::POST, "invalidate", None) => {
+            query.only(&[], &[])?;
             let body = read_body(req, 64 << 10).await?;
             let call: wire::Invalidate =
                 serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
@@ -221,17 +312,24 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
         }
         (&Method::GET, "tags", Some(tag)) => Ok(json(
             StatusCode::OK,
-            &manage::list(shared, &tag, false, query.limit()?)?,
+            &manage::list(shared, &tag, false, query.only(&["limit"], &[])?.limit()?)?,
         )),
-        (&Method::GET, "caches", None) => Ok(json(StatusCode::OK, &manage::caches(shared))),
+        (&Method::GET, "caches", None) => {
+            query.only(&[], &[])?;
+            Ok(json(StatusCode::OK, &manage::caches(shared)))
+        }
         (&Method::GET, "caches", Some(name)) => Ok(json(
             StatusCode::OK,
-            &manage::list(shared, &name, true, query.limit()?)?,
+            &manage::list(shared, &name, true, query.only(&["limit"], &[])?.limit()?)?,
         )),
-        (&Method::GET, "stats", None) => Ok(json(StatusCode::OK, &manage::stats(shared))),
-        (&Method::GET, "bans", None) => {
-            Ok(json(StatusCode::OK, &manage::bans(shared, query.limit()?)))
+        (&Method::GET, "stats", None) => {
+            query.only(&[], &[])?;
+            Ok(json(StatusCode::OK, &manage::stats(shared)))
         }
+        (&Method::GET, "bans", None) => Ok(json(
+            StatusCode::OK,
+            &manage::bans(shared, query.only(&["limit"], &[])?.limit()?),
+        )),
         (_, "object" | "meta" | "invalidate" | "tags" | "caches" | "stats" | "bans", _) => {
             Err(Refusal::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -275,6 +373,24 @@ impl Query {
             .filter(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// Refuses a parameter the call does not take, or one it takes once given twice
+    /// (`repeated` may be given any number of times): docs/api.md promises `bad-request`
+    /// for unknown fields, and an ignored `TTL=5` would store an object fresh forever.
+    fn only(&self, known: &[&str], repeated: &[&str]) -> Result<&Self, Refusal> {
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            if !known.contains(&k.as_str()) {
+                return Err(bad(format!(
+                    "unknown query parameter {k:?} (this call takes: {})",
+                    known.join(", ")
+                )));
+            }
+            if !repeated.contains(&k.as_str()) && self.0[..i].iter().any(|(p, _)| p == k) {
+                return Err(bad(format!("query parameter {k:?} given twice")));
+            }
+        }
+        Ok(self)
     }
 
     fn url(&self) -> Result<&str, Refusal> {
@@ -363,7 +479,8 @@ async fn read_put(
     let body = Bytes::copy_from_slice(&read_body(req, max).await?);
     Ok(manage::Put {
         url: url.to_string(),
-        status: status.min(u16::MAX as u64) as u16,
+        // Past u16 is no status either: `manage::put` refuses it (not a wrapped value).
+        status: u16::try_from(status).unwrap_or(u16::MAX),
         headers,
         body,
         ttl,
@@ -376,37 +493,30 @@ async fn read_put(
 async fn get_object(shared: &Shared, url: &str, head_only: bool) -> Result<Reply, Refusal> {
     let (_, objs) = manage::stored(shared, url)?;
     let obj = objs.into_iter().next().ok_or(ManageError::NotFound)?;
+    // The length, when known, goes in `Content-Length`: a streamed body that fails midway
+    // then shows as short to the client, never as complete.
+    let len = obj.body.expected_len().or_else(|| {
+        obj.body
+            .outcome()
+            .is_some_and(|o| o.is_ok())
+            .then(|| obj.body.len())
+    });
     let body = if head_only {
-        Bytes::new()
+        ApiBody::from(Bytes::new())
     } else {
         match obj.body.complete_bytes() {
-            Some(b) => b,
-            None => {
-                // Still arriving: read it to its end, bounded like any fetch.
-                let mut r = obj.body.reader(0);
-                let mut all = bytes::BytesMut::new();
-                let limit = Duration::from_secs(30);
-                loop {
-                    match tokio::time::timeout(limit, r.next()).await {
-                        Ok(Some(Ok(b))) => all.extend_from_slice(&b),
-                        Ok(None) => break,
-                        _ => {
-                            return Err(Refusal::new(
-                                StatusCode::BAD_GATEWAY,
-                                "incomplete",
-                                "the stored body failed while arriving",
-                            ))
-                        }
-                    }
-                }
-                all.freeze()
-            }
+            Some(b) => ApiBody::from(b),
+            // Large, on disk, or still arriving: streamed as read, never whole in memory.
+            None => stream_body(&obj),
         }
     };
     let (tags, cache) = manage::names(shared, &obj);
-    let mut resp = Response::new(Full::new(body));
+    let mut resp = Response::new(body);
     *resp.status_mut() = obj.head.status;
     let h = resp.headers_mut();
+    if let (Some(n), false) = (len, head_only) {
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
     for (n, v) in &obj.head.headers {
         if n != header::CONTENT_LENGTH && n != header::TRANSFER_ENCODING {
             h.append(n.clone(), v.clone());
@@ -425,7 +535,7 @@ async fn get_object(shared: &Shared, url: &str, head_only: bool) -> Result<Reply
 
 fn json<T: Serialize>(status: StatusCode, value: &T) -> Reply {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(ApiBody::from(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

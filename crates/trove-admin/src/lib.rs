@@ -17,6 +17,14 @@
 //! bearer token), on the TCP listener and on a Unix socket ([`bind_unix`]), whose
 //! filesystem permissions replace the address ACL. Connections are kept alive (HTTP/1.1),
 //! the fast path for a program making many calls (seed 002, Figure 5).
+//!
+//! **Limits** (issue 19, defect 5: 19,985 silent connections once took every descriptor
+//! trove had, and proxy requests failed while they were held). The TCP listener and the
+//! Unix socket share one [`Gate`]: at most [`MAX_CONNECTIONS`] connections at once (the
+//! share of descriptors `trove_proxy::fd_limit` keeps for the admin side), a connection
+//! past it is closed at once with a 503; a request head must arrive whole within
+//! [`HEADER_TIMEOUT`] and fit [`MAX_HEAD`] bytes; a connection on which nothing moves for
+//! [`IDLE_TIMEOUT`] (no request, or a reader that stopped reading) is closed.
 
 pub mod api;
 
@@ -39,6 +47,66 @@ pub const REFUSED_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a refused peer's connection is kept at all.
 const REFUSED_CONNECTION_LIMIT: Duration = Duration::from_secs(10);
 
+/// Connections the admin listener and socket serve at once, together: the admin side's
+/// share of descriptors.
+pub const MAX_CONNECTIONS: usize = trove_proxy::fd_limit::ADMIN_SHARE;
+/// How long a request head may take to arrive, from the first byte or from the previous
+/// response on a kept-alive connection.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection on which no byte moves either way for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head (hyper's read buffer; a put's URL with 64 tags fits).
+pub const MAX_HEAD: usize = 64 << 10;
+
+/// The admin side's connection limit, shared by its TCP listener and its Unix socket.
+#[derive(Debug)]
+pub struct Gate {
+    permits: Arc<tokio::sync::Semaphore>,
+    refused: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate::new(MAX_CONNECTIONS)
+    }
+}
+
+impl Gate {
+    /// At most `max` connections at once.
+    pub fn new(max: usize) -> Gate {
+        Gate {
+            permits: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
+            refused: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Connections closed at once because the limit was reached.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A place for one connection, or `None` (counted, and logged once in a while).
+    fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let p = Arc::clone(&self.permits).try_acquire_owned().ok();
+        if p.is_none() {
+            let n = self
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_power_of_two() || n == 0 {
+                tracing::warn!(
+                    refused = n + 1,
+                    "admin connection limit ({MAX_CONNECTIONS}) reached; connection closed"
+                );
+            }
+        }
+        p
+    }
+}
+
+/// The answer to a connection past the limit, written without waiting.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n\
+connection: close\r\ncontent-length: 31\r\n\r\nadmin connection limit reached\n";
+
 /// What the admin listener shows; provided by the binary, which owns the proxy.
 pub trait Source: Send + Sync + 'static {
     /// Prometheus text exposition.
@@ -47,6 +115,11 @@ pub trait Source: Send + Sync + 'static {
     fn status_page(&self) -> String;
     /// A connection from `peer` was refused by the ACL (for a counter).
     fn refused(&self, _peer: SocketAddr) {}
+    /// `None` when all is well; else what is degraded (a disk tier that failed), which
+    /// `/healthz` reports.
+    fn degraded(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Client networks allowed to use the admin listener.
@@ -110,6 +183,18 @@ impl Listener {
 
     /// Like [`Listener::serve`], with the admin API under `/v1/`.
     pub fn serve_with_api(self, allow: Allow, source: Arc<dyn Source>, api: Option<Arc<api::Api>>) {
+        self.serve_gated(allow, source, api, Arc::new(Gate::default()))
+    }
+
+    /// Like [`Listener::serve_with_api`], within `gate`'s connection limit (shared with
+    /// the Unix socket).
+    pub fn serve_gated(
+        self,
+        allow: Allow,
+        source: Arc<dyn Source>,
+        api: Option<Arc<api::Api>>,
+        gate: Arc<Gate>,
+    ) {
         let listener = self.inner;
         tokio::spawn(async move {
             // Out of file descriptors and the like: back off (doubling, up to a second) rather
@@ -135,22 +220,35 @@ impl Listener {
                     tracing::warn!("admin listener accepting again");
                 }
                 let source = Arc::clone(&source);
+                let Some(permit) = gate.admit() else {
+                    let _ = stream.try_write(BUSY);
+                    continue;
+                };
                 if !allow.allows(peer.ip()) {
                     source.refused(peer);
                     tracing::info!(client = %peer, "admin connection refused ([admin] allow)");
-                    tokio::spawn(refuse(stream));
+                    tokio::spawn(async move {
+                        refuse(stream).await;
+                        drop(permit);
+                    });
                     continue;
                 }
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, source, api.clone()));
+                tokio::spawn(serve_connection(stream, source, api.clone(), permit));
             }
         });
     }
 }
 
-/// Serves one accepted connection (keep-alive) until the peer closes it.
-async fn serve_connection<S>(stream: S, source: Arc<dyn Source>, api: Option<Arc<api::Api>>)
-where
+/// Serves one accepted connection (keep-alive) until the peer closes it, a head is late
+/// ([`HEADER_TIMEOUT`]) or nothing moves for [`IDLE_TIMEOUT`]; holds its place in the gate
+/// (`_permit`) until then.
+async fn serve_connection<S>(
+    stream: S,
+    source: Arc<dyn Source>,
+    api: Option<Arc<api::Api>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req: Request<Incoming>| {
@@ -161,12 +259,114 @@ where
             if let Some(api) = api.filter(|_| path == "/v1" || path.starts_with("/v1/")) {
                 return Ok::<_, Infallible>(api::handle(&api, req).await);
             }
-            Ok::<_, Infallible>(route(&*source, req))
+            Ok::<_, Infallible>(route(&*source, req).map(api::ApiBody::Whole))
         }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(stream), svc)
-        .await;
+    let started = tokio::time::Instant::now();
+    let moved = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let heard = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let io = Watched {
+        inner: stream,
+        started,
+        moved: Arc::clone(&moved),
+        heard: Arc::clone(&heard),
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    loop {
+        tokio::select! {
+            _ = &mut conn => return,
+            () = tokio::time::sleep(HEADER_TIMEOUT / 4) => {
+                use std::sync::atomic::Ordering::Relaxed;
+                let last = Duration::from_millis(moved.load(Relaxed));
+                let silent = !heard.load(Relaxed) && started.elapsed() >= HEADER_TIMEOUT;
+                if silent || started.elapsed().saturating_sub(last) >= IDLE_TIMEOUT {
+                    // Dropping the connection closes it.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A connection's stream noting when a byte last moved (ms after `started`), and whether
+/// the peer ever sent one (a connection silent from the start gets [`HEADER_TIMEOUT`]).
+struct Watched<S> {
+    inner: S,
+    started: tokio::time::Instant,
+    moved: Arc<std::sync::atomic::AtomicU64>,
+    heard: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S> Watched<S> {
+    fn note(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.moved.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.note();
+            self.heard.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.note();
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.note();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// A bound Unix socket for the admin listener and API, not yet serving.
@@ -221,12 +421,32 @@ impl UnixListener {
         source: Arc<dyn Source>,
         api: Option<Arc<api::Api>>,
     ) -> tokio::task::AbortHandle {
+        self.serve_gated(source, api, Arc::new(Gate::default()))
+    }
+
+    /// Like [`UnixListener::serve`], within `gate`'s connection limit (shared with the TCP
+    /// listener).
+    pub fn serve_gated(
+        self,
+        source: Arc<dyn Source>,
+        api: Option<Arc<api::Api>>,
+        gate: Arc<Gate>,
+    ) -> tokio::task::AbortHandle {
         let listener = self.inner;
         let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
-                        tokio::spawn(serve_connection(stream, Arc::clone(&source), api.clone()));
+                        let Some(permit) = gate.admit() else {
+                            let _ = stream.try_write(BUSY);
+                            continue;
+                        };
+                        tokio::spawn(serve_connection(
+                            stream,
+                            Arc::clone(&source),
+                            api.clone(),
+                            permit,
+                        ));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "admin socket accept failed; retrying");
@@ -270,7 +490,12 @@ fn route(source: &dyn Source, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "text/plain; version=0.0.4; charset=utf-8",
             source.metrics(),
         ),
-        "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        // Degraded is still serving: 200, so a load balancer keeps the node, with the
+        // reason in the body for whoever looks (and `trove_disk_failed` for alerts).
+        "/healthz" => match source.degraded() {
+            None => text(StatusCode::OK, "text/plain", "ok\n".into()),
+            Some(why) => text(StatusCode::OK, "text/plain", format!("degraded: {why}\n")),
+        },
         "/" | "/status" => text(
             StatusCode::OK,
             "text/html; charset=utf-8",

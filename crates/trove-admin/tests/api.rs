@@ -793,3 +793,177 @@ async fn stats_count_objects_rules_and_tags() {
     let shared = Arc::clone(&e.trove.running.shared);
     assert!(kit::eventually(|| shared.store.stats().objects == 0).await);
 }
+
+/// This process's resident set, in bytes (Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Issue 19, defect 3: pending bans are bounded by count (10,000 by default): past it a ban
+/// is refused with a 429 `too-many-bans` that says why, and nothing is recorded. (Before:
+/// every ban was taken, however many.)
+#[tokio::test]
+async fn issue_19_pending_bans_are_bounded_by_count() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let mut refused = None;
+    for i in 0..10_001 {
+        if let Err(err) = e
+            .tcp
+            .ban("url", "==", &format!("http://a/{i}"), Mode::Hard)
+            .await
+        {
+            refused = Some((i, err));
+            break;
+        }
+    }
+    let (i, err) = refused.expect("a ban past the bound is refused");
+    assert_eq!(i, 10_000, "{err}");
+    assert_eq!(err.code(), Some("too-many-bans"), "{err}");
+    assert!(err.to_string().contains("429"), "{err}");
+    assert!(err.to_string().contains("pending bans"), "{err}");
+    assert_eq!(e.tcp.stats().await.unwrap().pending_bans, 10_000);
+}
+
+/// Issue 19, defect 3: pending bans are bounded by the memory their compiled patterns hold
+/// (64 MiB by default), which `/metrics` counts (`trove_ban_bytes`): regex bans that cost
+/// much each are refused once that is reached, and the process's memory stays near the
+/// bound. (Before: each `url ~ …\w{20}` ban took ~1.3 MiB, 1,500 took RSS to 2 GB.)
+#[tokio::test]
+async fn issue_19_pending_bans_are_bounded_by_memory() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let before = rss();
+    let mut accepted = 0u64;
+    let mut refused = None;
+    for i in 0..1_500 {
+        match e
+            .tcp
+            .ban(
+                "url",
+                "~",
+                &format!(r"^http://h{i}/\w{{6}}[a-z]+\w{{6}}"),
+                Mode::Hard,
+            )
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(err) => {
+                refused = Some(err);
+                break;
+            }
+        }
+    }
+    let grown = rss().saturating_sub(before);
+    let err = refused.expect("refused past the memory bound");
+    assert_eq!(err.code(), Some("too-many-bans"), "{err}");
+    let metrics = e.trove.running.shared.render_metrics();
+    let bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("trove_ban_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("trove_ban_bytes");
+    assert!(bytes <= 64 << 20, "{bytes}");
+    assert!(bytes > 32 << 20, "{accepted} bans counted as {bytes} bytes");
+    eprintln!("{accepted} bans, counted {bytes} bytes, RSS grew {grown} bytes");
+    assert!(
+        grown < 160 << 20,
+        "RSS grew {grown} bytes for {accepted} bans"
+    );
+}
+
+/// Issue 19, defect 9: a put is refused, with a `bad-request` that says why and nothing
+/// stored, when it names a query parameter the call does not take (`TTL=5`, `tags=x`:
+/// before, answered 201 and stored an untagged object fresh until invalidated) or one it
+/// takes once twice, when its status is none HTTP defines (600–999: before, stored), and
+/// when it would store a `Set-Cookie` for every client under the default `set_cookie =
+/// "strip"` (before: every hit carried it). The other calls refuse unknown parameters too.
+#[tokio::test]
+async fn issue_19_puts_with_unknown_parameters_bad_statuses_or_cookies_are_refused() {
+    let o = origin(&[]).await;
+    let e = env(&o).await;
+    let seq0 = e.tcp.stats().await.unwrap().seq;
+    let raw = |m: Method, p: String, h: HeaderMap| {
+        let c = &e.tcp;
+        async move { c.raw(m, &p, h, Bytes::from_static(b"x")).await.unwrap() }
+    };
+    let u = url("/p");
+    let mut cookie = HeaderMap::new();
+    cookie.insert("trove-set", "Set-Cookie: session=1".parse().unwrap());
+    let cases: Vec<(Method, String, HeaderMap, &str)> = vec![
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&tags=x&TTL=5"),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&ttl=5&ttl=6"),
+            HeaderMap::new(),
+            "given twice",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=600"),
+            HeaderMap::new(),
+            "status 600",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=999"),
+            HeaderMap::new(),
+            "status 999",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}&status=70000"),
+            HeaderMap::new(),
+            "status",
+        ),
+        (
+            Method::PUT,
+            format!("/v1/object?url={u}"),
+            cookie,
+            "Set-Cookie",
+        ),
+        (
+            Method::GET,
+            format!("/v1/object?url={u}&x=1"),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+        (
+            Method::GET,
+            "/v1/bans?limt=5".to_string(),
+            HeaderMap::new(),
+            "unknown query parameter",
+        ),
+    ];
+    for (m, p, h, why) in cases {
+        let a = raw(m.clone(), p.clone(), h).await;
+        assert_eq!(a.status.as_u16(), 400, "{m} {p}: {:?}", a.body);
+        let err: wire::ErrorBody = serde_json_from(&a.body);
+        assert_eq!(err.error.code, "bad-request", "{m} {p}");
+        assert!(
+            err.error.message.contains(why),
+            "{m} {p}: {}",
+            err.error.message
+        );
+    }
+    assert_eq!(e.tcp.stats().await.unwrap().seq, seq0, "nothing applied");
+    assert!(e.tcp.get(&u).await.unwrap().is_none(), "nothing stored");
+    // The same put, well formed, is taken.
+    let a = raw(
+        Method::PUT,
+        format!("/v1/object?url={u}&ttl=5&tag=x&tag=y"),
+        HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(a.status.as_u16(), 201, "{:?}", a.body);
+}

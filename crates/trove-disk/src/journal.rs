@@ -21,10 +21,16 @@
 //! - **Compaction.** When the background sweep retires rules, the journal is rewritten
 //!   with the pending rules only (a new file, synced, renamed over the old one, the
 //!   directory synced): it stays as small as the pending rule log.
-//! - **Recovery.** The header and every record are verified (XXH3-64). A torn last record
-//!   (a crash mid-append: never acknowledged) is cut off. A damaged record with whole ones
-//!   after it means rules may be missing: the journal can't be trusted, so the cache's
-//!   objects are discarded rather than risk reviving an invalidated one.
+//! - **Recovery.** The header and every record are verified (XXH3-64). The header holds
+//!   the *synced length*: the file's length at the last acknowledgement sync, rewritten
+//!   with every flush (the same `fdatasync`). A bad or missing record past it is a torn
+//!   write never acknowledged: cut off. One within it is damage to acknowledged rules
+//!   (issue 19, defect 8: 20 bytes cut from the tail revived 111 purged URLs): the rules
+//!   lost can't be known, so every object not checked against the rules up to the highest
+//!   sequence number ever reserved is taken as dead (the restored *floor* is raised to it,
+//!   and written back), never served. A damaged record with whole ones after it means rules
+//!   may be missing too: the cache's objects are discarded. (A journal of a trove before
+//!   the synced length has 0 there: its torn tail is cut as before.)
 //!
 //! The format is in docs/storage-format.md.
 
@@ -66,6 +72,10 @@ pub struct Restored {
     /// Every record on disk had been checked against the rules up to this one when the
     /// journal was last compacted (see `DiskStore::pass`).
     pub disk_checked: u64,
+    /// Acknowledged rules were lost (damage within the synced length): the floor was raised
+    /// so nothing they may have covered is served. Counted in
+    /// `trove_disk_journal_damaged_total`.
+    pub lost_acknowledged: bool,
 }
 
 /// Why the journal could not be read back.
@@ -82,6 +92,8 @@ pub enum JournalError {
 
 struct Inner {
     file: Arc<File>,
+    /// The header's fields but the synced length: reservation, floor, disk checked.
+    head: (u64, u64, u64),
     /// The file's length once `pending` is written.
     len: u64,
     /// Records appended but not written yet: a rule is appended under the rule log's lock,
@@ -122,13 +134,17 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn header(reserved: u64, floor: u64, disk_checked: u64) -> [u8; HEADER_LEN] {
+/// The header: magic, version, the reservation, the floor, what the disk was checked
+/// through, and the synced length (bytes 32..40: the file's length at the last sync; 0 in
+/// journals written before it existed).
+fn header(reserved: u64, floor: u64, disk_checked: u64, synced_len: u64) -> [u8; HEADER_LEN] {
     let mut b = [0u8; HEADER_LEN];
     b[0..4].copy_from_slice(&MAGIC);
     b[4..6].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
     b[8..16].copy_from_slice(&reserved.to_le_bytes());
     b[16..24].copy_from_slice(&floor.to_le_bytes());
     b[24..32].copy_from_slice(&disk_checked.to_le_bytes());
+    b[32..40].copy_from_slice(&synced_len.to_le_bytes());
     let sum = xxh3_64(&b[..56]);
     b[56..64].copy_from_slice(&sum.to_le_bytes());
     b
@@ -282,6 +298,7 @@ impl RuleJournal {
             restored.snapshot.reserved = u64_at(&bytes, 8);
             restored.snapshot.floor = u64_at(&bytes, 16);
             restored.disk_checked = u64_at(&bytes, 24);
+            let synced_len = u64_at(&bytes, 32) as usize;
             let mut at = HEADER_LEN;
             while at < bytes.len() {
                 match next_record(&bytes[at..]) {
@@ -305,14 +322,40 @@ impl RuleJournal {
                         {
                             return Err(JournalError::Damaged(path));
                         }
-                        tracing::warn!(
-                            path = %path.display(),
-                            bytes = bytes.len() - at,
-                            "invalidation journal: a torn last record was cut off (it was never acknowledged)"
-                        );
+                        if at >= synced_len {
+                            tracing::warn!(
+                                path = %path.display(),
+                                bytes = bytes.len() - at,
+                                "invalidation journal: a torn last record was cut off (it was never acknowledged)"
+                            );
+                        }
                         break;
                     }
                 }
+            }
+            if at < synced_len {
+                // Acknowledged records are gone (cut off, or damaged at the end): which
+                // rules is unknown, so nothing not checked against every sequence number
+                // ever handed out may be served.
+                let top = restored
+                    .snapshot
+                    .rules
+                    .iter()
+                    .map(|r| r.seq)
+                    .max()
+                    .unwrap_or(0)
+                    .max(restored.snapshot.reserved);
+                tracing::error!(
+                    path = %path.display(),
+                    synced = synced_len,
+                    readable = at,
+                    floor = top,
+                    "invalidation journal: acknowledged records are missing or damaged; \
+                     every cached object not checked against the rules through the floor \
+                     is dropped rather than served"
+                );
+                restored.snapshot.floor = restored.snapshot.floor.max(top);
+                restored.lost_acknowledged = true;
             }
             Some(at as u64)
         };
@@ -322,20 +365,32 @@ impl RuleJournal {
             .create(true)
             .truncate(false)
             .open(&path)?;
+        let head = (
+            restored.snapshot.reserved,
+            restored.snapshot.floor,
+            restored.disk_checked,
+        );
         let len = match keep {
             Some(n) => {
-                if file.metadata()?.len() != n {
+                if file.metadata()?.len() != n || restored.lost_acknowledged {
                     file.set_len(n)?;
+                    crate::crashlog::set_len(&path, n);
+                    // The synced length now, and a raised floor kept for the next start.
+                    let h = header(head.0, head.1, head.2, n);
+                    file.write_all_at(&h, 0)?;
+                    crate::crashlog::write(&path, 0, &h);
                     file.sync_data()?;
+                    crate::crashlog::sync(&path);
                 }
                 n
             }
             None => {
                 file.set_len(0)?;
-                file.write_all_at(&header(0, 0, 0), 0)?;
+                let n = HEADER_LEN as u64;
+                file.write_all_at(&header(0, 0, 0, n), 0)?;
                 file.sync_data()?;
                 sync_dir(dir)?;
-                HEADER_LEN as u64
+                n
             }
         };
         restored.snapshot.rules.sort_by_key(|r| r.seq);
@@ -351,6 +406,7 @@ impl RuleJournal {
                 dir: dir.to_path_buf(),
                 inner: Mutex::new(Inner {
                     file: Arc::new(file),
+                    head,
                     len,
                     pending: Vec::new(),
                     records,
@@ -396,7 +452,7 @@ impl RuleJournal {
     /// Writes what is pending and syncs the file; returns the newest rule now durable.
     /// Called with `sync_lock` held, so flushes go down one at a time, in order.
     fn flush(&self, _one: &parking_lot::MutexGuard<'_, ()>) -> std::io::Result<u64> {
-        let (buf, at, file, target) = {
+        let (buf, at, file, target, head) = {
             let mut inner = self.inner.lock();
             let buf = std::mem::take(&mut inner.pending);
             let at = inner.len - buf.len() as u64;
@@ -405,13 +461,28 @@ impl RuleJournal {
                 at,
                 Arc::clone(&inner.file),
                 self.appended.load(Ordering::Acquire),
+                inner.head,
             )
         };
         let started = std::time::Instant::now();
+        let path = self.dir.join(FILE);
         if !buf.is_empty() {
             file.write_all_at(&buf, at)?;
+            crate::crashlog::write(&path, at, &buf);
         }
         file.sync_data()?;
+        crate::crashlog::sync(&path);
+        if !buf.is_empty() {
+            // The synced length, once the records are durable (so a header never claims
+            // records a power loss kept out): a record within it that recovery can't read
+            // was acknowledged (damage), one past it never was (a torn write). It is made
+            // durable by the next sync (the next acknowledgement, or the stop); until then
+            // an older one stands, which only narrows what is recognised as damage.
+            let end = at + buf.len() as u64;
+            let h = header(head.0, head.1, head.2, end);
+            file.write_all_at(&h, 0)?;
+            crate::crashlog::write(&path, 0, &h);
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.sync_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -446,8 +517,11 @@ impl Drop for RuleJournal {
     /// it is a put's rule within the crash bound).
     fn drop(&mut self) {
         let one = self.sync_lock.lock();
-        if !self.has_failed() {
-            let _ = self.flush(&one);
+        if !self.has_failed() && self.flush(&one).is_ok() {
+            // The synced length the flush wrote, durable for the next start.
+            if self.inner.lock().file.sync_data().is_ok() {
+                crate::crashlog::sync(&self.dir.join(FILE));
+            }
         }
     }
 }
@@ -523,14 +597,17 @@ impl trove_store::Journal for RuleJournal {
         let r = (|| {
             let tmp = self.dir.join(TMP);
             let mut out = Vec::with_capacity(HEADER_LEN + state.rules.len() * 48);
-            out.extend_from_slice(&header(
+            let head = (
                 state.reserved,
                 state.floor,
                 self.disk_checked.load(Ordering::Acquire),
-            ));
+            );
+            out.extend_from_slice(&header(head.0, head.1, head.2, 0));
             for r in &state.rules {
                 out.extend_from_slice(&record(KIND_RULE, r.seq, Some(r)));
             }
+            let synced = out.len() as u64;
+            out[..HEADER_LEN].copy_from_slice(&header(head.0, head.1, head.2, synced));
             let mut f = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -538,13 +615,24 @@ impl trove_store::Journal for RuleJournal {
                 .truncate(true)
                 .open(&tmp)?;
             f.write_all(&out)?;
+            crate::crashlog::set_len(&tmp, 0);
+            crate::crashlog::write(&tmp, 0, &out);
             f.sync_all()?;
+            crate::crashlog::sync(&tmp);
             std::fs::rename(&tmp, self.dir.join(FILE))?;
+            crate::crashlog::record(|| crate::crashlog::Op::Rename {
+                from: tmp.clone(),
+                to: self.dir.join(FILE),
+            });
             sync_dir(&self.dir)?;
-            Ok::<_, std::io::Error>((f, out.len() as u64))
+            crate::crashlog::record(|| crate::crashlog::Op::SyncDir {
+                dir: self.dir.clone(),
+            });
+            Ok::<_, std::io::Error>((f, out.len() as u64, head))
         })();
         match r {
-            Ok((f, len)) => {
+            Ok((f, len, head)) => {
+                inner.head = head;
                 // The pending records' rules are in `state` (appended under the rule log's
                 // lock, which the caller holds): written with it.
                 inner.pending.clear();

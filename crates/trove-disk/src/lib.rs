@@ -31,6 +31,8 @@
 //! pool: at one writer per cache and reads that mostly hit the page cache, io_uring would
 //! add a dependency for little.
 
+#[doc(hidden)]
+pub mod crashlog;
 mod dir;
 mod format;
 mod index;

@@ -389,12 +389,51 @@ pub(crate) fn judge_region(
 pub(crate) fn regions(shared: &Shared) -> std::io::Result<Recovered> {
     let mut used = Vec::new();
     let mut free = Vec::new();
+    let size = shared.dir.region_size();
+    for &(file, had, want) in &shared.dir.cut_short {
+        // Regions starting at or past the cut: whatever they held is gone.
+        let lost = (0..shared.dir.region_count())
+            .filter(|&r| {
+                let (f, base) = shared.dir.place(r);
+                f == file && base + size > had
+            })
+            .count() as u64;
+        shared
+            .stats
+            .regions_discarded
+            .fetch_add(lost, Ordering::Relaxed);
+        tracing::error!(
+            file,
+            found = had,
+            full = want,
+            regions = lost,
+            "disk tier: the data file was cut short; the regions past the cut are dropped with whatever they held"
+        );
+    }
     for r in 0..shared.dir.region_count() {
         let mut h = [0u8; REGION_HEADER_LEN as usize];
         let n = shared.dir.read_at(r, 0, &mut h)?;
         match RegionHeader::decode(&h[..n]) {
-            Ok(h) if h.region_size == shared.dir.region_size() => used.push((r, h.seq)),
-            _ => free.push(r),
+            Ok(h) if h.region_size == size => used.push((r, h.seq)),
+            // Never written, or punched and not reused: free.
+            _ if h[..n].iter().all(|&b| b == 0) => free.push(r),
+            other => {
+                // Something was written here that can't be read as a region's header: its
+                // records can't be placed in a use, so they are dropped, and said so.
+                let why = match other {
+                    Ok(h) => format!("written with region size {}", h.region_size),
+                    Err(e) => e.to_string(),
+                };
+                shared
+                    .stats
+                    .regions_discarded
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    region = r,
+                    "disk tier: a damaged region header ({why}); the region's records are dropped"
+                );
+                free.push(r);
+            }
         }
     }
     used.sort_by_key(|&(_, seq)| seq);

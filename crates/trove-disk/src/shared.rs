@@ -106,6 +106,12 @@ pub struct Stats {
     /// Invalidation passes over the disk completed, and objects they removed.
     pub passes: AtomicU64,
     pub pass_removed: AtomicU64,
+    /// Regions whose data recovery could not take (a damaged region header, a data file
+    /// cut short before them) and dropped, each with a log line (issue 19, defect 7).
+    pub regions_discarded: AtomicU64,
+    /// Starts that found acknowledged invalidations damaged in the journal (and dropped
+    /// every object they may have covered).
+    pub journal_damaged: AtomicU64,
 }
 
 /// A snapshot of [`Stats`] and the index's size.
@@ -135,6 +141,8 @@ pub struct DiskStats {
     pub failed: bool,
     pub passes: u64,
     pub pass_removed: u64,
+    pub regions_discarded: u64,
+    pub journal_damaged: u64,
     /// Acknowledgement syncs of the invalidation journal, and the time they took.
     pub journal_syncs: u64,
     pub journal_sync_nanos: u64,

@@ -88,6 +88,11 @@ impl Inner {
     }
 }
 
+/// A read of the data file failed: counted in `trove_disk_io_errors_total`.
+fn count_io_error(shared: &Shared) {
+    shared.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+}
+
 /// See the module docs.
 #[derive(Clone)]
 pub struct DiskSpool(pub(crate) Arc<Inner>);
@@ -213,7 +218,10 @@ impl DiskSpool {
         let loc = Loc::new(f.region, f.offset, f.len as u64);
         if crate::zero_copy::is_verified(shared, loc, f.seq) {
             let at = f.offset + BODY_AT + (pos - start);
-            let b = shared.dir.read_vec(f.region, at, want as usize)?;
+            let b = shared
+                .dir
+                .read_vec(f.region, at, want as usize)
+                .inspect_err(|_| count_io_error(shared))?;
             // The region retires its use before a byte of it is rewritten: still in use
             // after the read, the bytes read are the verified ones.
             if (b.len() as u64) < want || !in_use() {
@@ -221,7 +229,12 @@ impl DiskSpool {
             }
             return Ok(Bytes::from(b));
         }
-        let b = Bytes::from(shared.dir.read_vec(f.region, f.offset, f.len as usize)?);
+        let b = Bytes::from(
+            shared
+                .dir
+                .read_vec(f.region, f.offset, f.len as usize)
+                .inspect_err(|_| count_io_error(shared))?,
+        );
         let r = Record::decode(&b, f.seq).map_err(|e| bad(&format!("fragment: {e}")))?;
         let m = FragmentMeta::decode(&r.meta).map_err(|e| bad(&format!("fragment: {e}")))?;
         if r.header.kind != Kind::Fragment
@@ -285,17 +298,24 @@ impl Spool for DiskSpool {
         })
     }
 
+    /// A failed read, whatever the cause (a corrupt fragment, an I/O error, a region
+    /// reused), makes the body useless for every later reader too: it is marked broken (so
+    /// `intact` is false and the tier's lookups drop it) and its head leaves the index, so
+    /// the next request is a miss that asks the origin, rather than the same failure at the
+    /// same offset on every request (issue 19, defects 1 and 2).
     fn read_at(&self, pos: u64) -> std::io::Result<Bytes> {
         let r = self.read(pos);
         if let Err(e) = &r {
+            let s = &self.0.shared;
+            let first = !self.0.broken.swap(true, Ordering::AcqRel);
             if e.kind() == std::io::ErrorKind::InvalidData {
-                self.0.broken.store(true, Ordering::Release);
-                let s = &self.0.shared;
                 s.stats.corrupt.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("disk tier: dropped a corrupt fragment ({e})");
-                if let Some(at) = self.0.at {
-                    s.index.remove_if_at(self.0.fingerprint, at);
-                }
+            } else if first {
+                tracing::warn!("disk tier: dropped a large object it could not read ({e})");
+            }
+            if let Some(at) = self.0.at {
+                s.index.remove_if_at(self.0.fingerprint, at);
             }
         }
         r

@@ -65,6 +65,7 @@ impl DiskStore {
             RuleJournal::discard(&first).map_err(jio)?;
         }
         let disk_checked = Arc::new(AtomicU64::new(0));
+        let mut journal_wiped = false;
         let (journal, restored) = match RuleJournal::open(&first, Arc::clone(&disk_checked)) {
             Ok(j) => j,
             Err(JournalError::Io(e)) => return Err(jio(e)),
@@ -78,6 +79,7 @@ impl DiskStore {
                     "disk tier: the invalidation journal is damaged before its end; the cached objects are discarded so none it covered can come back"
                 );
                 dir.wipe().map_err(jio)?;
+                journal_wiped = true;
                 RuleJournal::discard(&first).map_err(jio)?;
                 RuleJournal::open(&first, Arc::clone(&disk_checked)).map_err(|e| match e {
                     JournalError::Io(e) => jio(e),
@@ -111,6 +113,9 @@ impl DiskStore {
             config,
             failure_logged: AtomicBool::new(false),
         });
+        if restored.lost_acknowledged || journal_wiped {
+            shared.stats.journal_damaged.fetch_add(1, Ordering::Relaxed);
+        }
         let s = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("trove-disk-writer".into())
@@ -488,6 +493,8 @@ impl DiskStore {
             failed: self.has_failed(),
             passes: g(&s.passes),
             pass_removed: g(&s.pass_removed),
+            regions_discarded: g(&s.regions_discarded),
+            journal_damaged: g(&s.journal_damaged),
             journal_syncs: g(&self.shared.journal.syncs),
             journal_sync_nanos: g(&self.shared.journal.sync_nanos),
             journal_bytes: self.shared.journal.len(),

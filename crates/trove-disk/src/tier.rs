@@ -411,6 +411,18 @@ impl Tiered {
             .unwrap_or_default()
     }
 
+    /// Forgets every object of `key` read from the disk's fragments (the tier failed).
+    fn drop_unreadable(&self, key: &str) {
+        let mut recent = self.recent.lock();
+        if recent.get(key).iter().any(|o| o.body.has_spool()) {
+            recent.forget(key);
+        }
+        drop(recent);
+        if self.spooled(key).iter().any(|o| o.body.outcome().is_some()) {
+            self.forget_spools(key);
+        }
+    }
+
     /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]).
     pub fn with_pass_every(mut self, every: std::time::Duration) -> Tiered {
         self.pass_every = every;
@@ -591,6 +603,13 @@ impl Storage for Tiered {
                     found.push(o);
                 }
             }
+        }
+        if self.disk.has_failed() && found.iter().any(|o| o.body.has_spool()) {
+            // A failed tier is read no more: what only it holds is dropped (issue 19,
+            // defect 2), so the request is a miss and the origin is asked again, rather than
+            // a read that fails on every request until a restart.
+            self.drop_unreadable(key);
+            found.retain(|o| !o.body.has_spool());
         }
         found
     }

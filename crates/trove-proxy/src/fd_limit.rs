@@ -16,9 +16,15 @@ use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 use crate::settings::Settings;
 
+/// Connections the admin listener and its Unix socket may hold at once, together: their
+/// own share of descriptors, inside [`RESERVE`], so no number of admin connections can take
+/// the proxy's (issue 19, defect 5).
+pub const ADMIN_SHARE: usize = 32;
+
 /// Descriptors kept for everything that is not a client connection beyond the origin pool:
-/// listeners, the admin listener, the access log, the runtime's epoll and event fds.
-const RESERVE: u64 = 64;
+/// listeners, the admin listener's connections ([`ADMIN_SHARE`]), the access log, the
+/// runtime's epoll and event fds.
+const RESERVE: u64 = 64 + ADMIN_SHARE as u64;
 
 /// What the start-up check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

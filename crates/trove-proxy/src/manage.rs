@@ -36,6 +36,9 @@ pub enum ManageError {
     UnknownCache(String),
     #[error("invalid ban pattern: {0}")]
     BadPattern(#[from] BanError),
+    /// Pending bans are at their bound (count or memory): nothing was recorded.
+    #[error("ban refused: {0}")]
+    TooManyBans(BanError),
     #[error("{0}")]
     BadTag(String),
     #[error("object larger than the store admits ({0} bytes)")]
@@ -60,6 +63,7 @@ impl ManageError {
             ManageError::BadPattern(_) | ManageError::BadTag(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ManageError::BadUrl(_) | ManageError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ManageError::NotDurable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ManageError::TooManyBans(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -73,6 +77,7 @@ impl ManageError {
             ManageError::BadRequest(_) => "bad-request",
             ManageError::NotFound => "not-found",
             ManageError::NotDurable(_) => "not-durable",
+            ManageError::TooManyBans(_) => "too-many-bans",
         }
     }
 
@@ -186,7 +191,7 @@ pub fn labels(
     let hashes = tags.iter().map(|t| tag_hash(t)).collect();
     let cache = cache.or_else(|| shared.named_caches.select(url)).map(|n| {
         let h = cache_hash(n);
-        inv.name(h, n);
+        inv.cache_name(h, n);
         h
     });
     Labels::new(hashes, cache, born)
@@ -296,7 +301,9 @@ pub fn invalidate(
     }
     if let Some(b) = &req.ban {
         let ban = Ban::parse(&b.subject, &b.op, &b.value)?;
-        let seq = inv.add(Selector::Ban(Arc::new(ban)), mode, now);
+        let seq = inv
+            .add_ban(ban, mode, now)
+            .map_err(ManageError::TooManyBans)?;
         counted(Kind::Ban);
         return Ok(ack(seq, "ban", None, None));
     }
@@ -340,10 +347,28 @@ fn settable(name: &HeaderName) -> bool {
 /// Stores `put`; every variant stored before for the URL is replaced.
 pub fn put(shared: &Shared, put: Put, now: SystemTime) -> Result<api::Ack, ManageError> {
     let url = Target::parse(&put.url).map_err(bad_url)?;
+    // A status HTTP defines (RFC 9110 §15: three digits, 100–599; 600–999 are none), final,
+    // and not a 304 (an answer to a condition, not a response to store).
     let status = StatusCode::from_u16(put.status)
         .ok()
-        .filter(|s| !s.is_informational() && *s != StatusCode::NOT_MODIFIED)
-        .ok_or_else(|| ManageError::BadRequest(format!("status {} can't be stored", put.status)))?;
+        .filter(|s| (200..=599).contains(&s.as_u16()) && *s != StatusCode::NOT_MODIFIED)
+        .ok_or_else(|| {
+            ManageError::BadRequest(format!(
+                "status {} can't be stored (200 to 599, not 304)",
+                put.status
+            ))
+        })?;
+    // Every hit on a put object goes to every client: a `Set-Cookie` stored with it would be
+    // handed to all of them, which the cookie policy forbids unless it is "rfc".
+    if put.headers.contains_key(header::SET_COOKIE)
+        && shared.settings.cache.cookies.set_cookie != trove_cache::SetCookiePolicy::Rfc
+    {
+        return Err(ManageError::BadRequest(format!(
+            "Set-Cookie can't be stored: every client would get it ([cache.cookies] \
+             set_cookie = {:?})",
+            shared.settings.cache.cookies.set_cookie.as_str()
+        )));
+    }
     check_tags(&shared.settings.tags, &put.tags)?;
     if let Some(c) = &put.cache {
         if !shared.named_caches.knows(c) {

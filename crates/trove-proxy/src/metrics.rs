@@ -61,6 +61,8 @@ pub mod names {
     /// Invalidation rules not yet retired by the background sweep, and of those bans.
     pub const INVALIDATION_RULES: &str = "trove_invalidation_rules_pending";
     pub const BANS: &str = "trove_bans_pending";
+    /// Bytes the pending bans' compiled patterns hold (issue 19: bounded, see `BanLimits`).
+    pub const BAN_BYTES: &str = "trove_ban_bytes";
     /// (object, tag or named cache) pairs in the tag index.
     pub const TAG_MEMBERSHIPS: &str = "trove_tag_memberships";
     /// Tags from origin responses dropped for length or count (`[tags]`).
@@ -97,6 +99,10 @@ pub mod names {
     pub const DISK_RECLAIMED: &str = "trove_disk_regions_reclaimed_total";
     pub const DISK_REINSERTED: &str = "trove_disk_reinserted_total";
     pub const DISK_IO_ERRORS: &str = "trove_disk_io_errors_total";
+    /// Regions recovery dropped whole (a damaged header, a data file cut short).
+    pub const DISK_REGIONS_DISCARDED: &str = "trove_disk_regions_discarded_total";
+    /// Starts that found acknowledged invalidations damaged in the journal.
+    pub const DISK_JOURNAL_DAMAGED: &str = "trove_disk_journal_damaged_total";
     pub const DISK_RECOVERED: &str = "trove_disk_recovered_objects";
     pub const DISK_RECOVERY_SECONDS: &str = "trove_disk_recovery_seconds";
     /// 1 once the index is back after a start.
@@ -171,7 +177,7 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
-    let counters: [(&str, &str, u64); 8] = [
+    let counters: [(&str, &str, u64); 10] = [
         (names::DISK_WRITES, "Objects written to disk.", d.writes),
         (
             names::DISK_WRITE_BYTES,
@@ -200,6 +206,16 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
             d.reinserted,
         ),
         (names::DISK_IO_ERRORS, "Disk I/O errors.", d.io_errors),
+        (
+            names::DISK_REGIONS_DISCARDED,
+            "Regions recovery dropped whole: a damaged region header, a data file cut short.",
+            d.regions_discarded,
+        ),
+        (
+            names::DISK_JOURNAL_DAMAGED,
+            "Starts that found the invalidation journal damaged (objects it may cover dropped).",
+            d.journal_damaged,
+        ),
     ];
     for (name, help, v) in counters {
         let _ = writeln!(
@@ -587,6 +603,11 @@ impl Metrics {
                 inv.pending,
             ),
             (names::BANS, "Bans not yet retired.", inv.bans),
+            (
+                names::BAN_BYTES,
+                "Bytes the pending bans' compiled patterns hold.",
+                inv.ban_bytes,
+            ),
             (
                 names::TAG_MEMBERSHIPS,
                 "(object, tag) pairs in the tag index.",

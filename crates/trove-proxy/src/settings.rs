@@ -161,6 +161,65 @@ pub struct DiskSettings {
         deserialize_with = "de_size"
     )]
     pub max_object: u64,
+    /// What a directory that can't be used at start-up does: `"stop"` (the default: start-up
+    /// fails with the reason, as Squid does for a bad `cache_dir`) or `"memory"` (trove runs
+    /// on the memory tier alone, and `/healthz` and the status page say so).
+    #[serde(default)]
+    pub on_failure: DiskFailure,
+}
+
+/// `[cache.disk] on_failure` (issue 19, defect 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFailure {
+    /// Start-up fails.
+    #[default]
+    Stop,
+    /// Degrade to the memory tier alone.
+    Memory,
+}
+
+impl DiskSettings {
+    /// Checks each path without touching the disk tier's files: a directory this process
+    /// can enter and write to, or one it can create. For `trove serve --check`.
+    pub fn check_paths(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, p) in self.path.iter().enumerate() {
+            let key = if self.path.len() == 1 {
+                "cache.disk.path".to_string()
+            } else {
+                format!("cache.disk.path[{i}]")
+            };
+            let target = if p.exists() {
+                if !p.is_dir() {
+                    out.push(format!("{key}: {} is not a directory", p.display()));
+                    continue;
+                }
+                p.as_path()
+            } else {
+                // Made at start: its nearest existing parent must be writable.
+                match p.ancestors().skip(1).find(|a| a.exists()) {
+                    Some(a) if a.is_dir() => a,
+                    _ => {
+                        out.push(format!("{key}: {} can't be created", p.display()));
+                        continue;
+                    }
+                }
+            };
+            if rustix::fs::access(
+                target,
+                rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+            )
+            .is_err()
+            {
+                out.push(format!(
+                    "{key}: {} is not writable by this user",
+                    target.display()
+                ));
+            }
+        }
+        out
+    }
 }
 
 impl DiskSettings {

@@ -76,6 +76,19 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// `None` while the disk tier configured works (or none is configured); else why not:
+    /// it could not be used at start-up, or it failed since (I/O errors). For `/healthz`
+    /// and the status page (issue 19, defect 11).
+    pub fn disk_health(&self) -> Option<String> {
+        if self.disk_unavailable {
+            return Some("the disk tier could not be used at start-up; memory tier only".into());
+        }
+        let d = self.disk.as_ref()?;
+        d.disk().has_failed().then(|| {
+            "the disk tier failed (I/O errors); memory tier only until a restart".to_string()
+        })
+    }
+
     /// Builds the shared state; must run inside a tokio runtime (the pool starts a reaper).
     /// `listening` are the proxy's bound listener addresses, which the destination guard
     /// refuses (with `settings.other_listeners`).
@@ -341,8 +354,10 @@ impl Shared {
 type Tiers = (Arc<dyn Storage>, Option<Arc<trove_disk::Tiered>>, bool);
 
 /// The memory tier alone, or over the disk tier. A directory another process holds, or one
-/// of a newer format, stops start-up with the reason; a directory that can't be used
-/// (unwritable, missing, failing) leaves trove memory-only with one log line.
+/// of a newer format, stops start-up with the reason; so does a directory that can't be
+/// used (unwritable, missing, failing), unless `[cache.disk] on_failure = "memory"`: then
+/// trove runs memory-only, with one log line, and `/healthz` and the status page say so
+/// ([`Shared::disk_health`]).
 fn open_tiers(
     memory: MemoryStore,
     disk: Option<&crate::settings::DiskSettings>,
@@ -356,10 +371,13 @@ fn open_tiers(
             let tiered = Arc::new(trove_disk::Tiered::new(memory, store).with_spool(spool));
             Ok((tiered.clone(), Some(tiered), false))
         }
-        Err(e) if e.is_io() => {
+        Err(e) if e.is_io() && d.on_failure == crate::settings::DiskFailure::Memory => {
             tracing::error!("disk tier unavailable ({e}); trove goes on with the memory tier only");
             Ok((Arc::new(memory), None, true))
         }
+        Err(e) if e.is_io() => Err(std::io::Error::other(format!(
+            "cache.disk: {e} (set [cache.disk] on_failure = \"memory\" to run without it)"
+        ))),
         Err(e) => Err(std::io::Error::other(e.to_string())),
     }
 }

@@ -62,6 +62,7 @@ async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u
             reclaim: trove_disk::Reclaim::Fifo,
             sendfile_min: 64 << 10,
             max_object: 1 << 30,
+            on_failure: Default::default(),
         });
     })
     .await

@@ -255,7 +255,12 @@ impl Replay {
         // virtual clock never goes back.
         self.clock = self.clock.max(r.time);
         self.first.get_or_insert(r.time);
-        let now = UNIX_EPOCH + Duration::from_secs_f64(self.clock.max(0.0));
+        // Readers bound times (`trace::MAX_TIME`); a reader that did not still can't
+        // overflow the clock.
+        let now = Duration::try_from_secs_f64(self.clock.clamp(0.0, crate::trace::MAX_TIME))
+            .ok()
+            .and_then(|d| UNIX_EPOCH.checked_add(d))
+            .unwrap_or(UNIX_EPOCH);
         let (server, dynamic, uncachable, guessed_type, largest) = match known {
             Ok(id) => {
                 let info = &self.info[id as usize];
@@ -479,7 +484,10 @@ fn id_url_key(url: &str) -> Option<Box<str>> {
 
 /// The time a record's virtual clock reading stands for (exposed for tests).
 pub fn instant(t: f64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0))
+    Duration::try_from_secs_f64(t.clamp(0.0, crate::trace::MAX_TIME))
+        .ok()
+        .and_then(|d| UNIX_EPOCH.checked_add(d))
+        .unwrap_or(UNIX_EPOCH)
 }
 
 #[cfg(test)]

@@ -542,6 +542,21 @@ impl Body {
         spool.is_none_or(|s| s.intact())
     }
 
+    /// True when some of the body's bytes are read back from a spool (the disk): such a
+    /// read can fail (a corrupt fragment, an I/O error) even once the body is complete, and
+    /// its reader is then detached ([`BodyReader::may_detach`]).
+    pub fn has_spool(&self) -> bool {
+        self.state.lock().spool.is_some()
+    }
+
+    /// True for a complete body read from its spool alone (a large object at rest on disk,
+    /// or one whose spool has written every byte): every byte a reader gets comes from disk,
+    /// so a hit on it is a disk hit.
+    pub fn reads_from_disk(&self) -> bool {
+        let st = self.state.lock();
+        st.spool.is_some() && st.end == Some(Ok(())) && st.held == 0
+    }
+
     /// True while the body is spooled (see the module docs).
     pub fn is_spooled(&self) -> bool {
         matches!(self.state.lock().mode, Mode::Spooled { .. })
@@ -899,7 +914,7 @@ impl BodyReader {
     /// True while the body behind this reader is still arriving, so the reader may yet be
     /// detached (see the module docs); a complete body never releases anything.
     pub fn may_detach(&self) -> bool {
-        self.body.outcome().is_none() || self.body.is_unstored()
+        self.body.outcome().is_none() || self.body.is_unstored() || self.body.has_spool()
     }
 
     fn advance(&mut self, n: u64, paced: bool) {

@@ -33,8 +33,10 @@
 //! The rule log (`Rule` with its `seq`) is the record a persistent tier must keep, and the
 //! message a fan-out to other nodes would carry: sequence-numbered and idempotent.
 //!
-//! Dependencies: `regex` (the Rust project's own, linear-time: a ban pattern from an API
-//! caller can't make a lookup take exponential time).
+//! Dependencies: `regex-automata` (the engine under the Rust project's `regex`,
+//! linear-time: a ban pattern from an API caller can't make a lookup take exponential
+//! time), used directly for its `memory_usage`: pending bans are bounded by count and by
+//! the memory their compiled patterns hold ([`BanLimits`]; issue 19, defect 3).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,7 +141,8 @@ pub enum BanSubject {
 pub enum BanOp {
     Equals(String),
     Prefix(String),
-    Regex(regex::Regex),
+    /// The pattern as written, and its compiled form.
+    Regex(Arc<str>, regex_automata::meta::Regex),
 }
 
 /// A ban: every stored object whose subject the operator matches.
@@ -147,6 +150,9 @@ pub enum BanOp {
 pub struct Ban {
     pub subject: BanSubject,
     pub op: BanOp,
+    /// Bytes the ban holds (its compiled pattern and the matching caches it may grow),
+    /// charged against [`BanLimits::bytes`] while it is pending.
+    pub cost: u64,
 }
 
 /// Why a ban pattern was refused.
@@ -160,10 +166,47 @@ pub enum BanError {
     Regex(String),
     #[error("ban pattern longer than {0} bytes")]
     TooLong(usize),
+    /// Past the bound on pending bans: nothing is recorded.
+    #[error(
+        "too many pending bans ({count} holding {bytes} bytes; at most {max_count} and \
+         {max_bytes} bytes): wait until sweeps retire some, or ban by prefix or tag"
+    )]
+    TooMany {
+        count: u64,
+        bytes: u64,
+        max_count: u64,
+        max_bytes: u64,
+    },
 }
 
 /// The longest ban pattern accepted (a regex's compiled size is bounded too).
 pub const MAX_BAN_PATTERN: usize = 1024;
+
+/// The most heap one compiled ban pattern may take (each of its forward and reverse
+/// automata; `regex`'s own default is 10 MiB). Unicode classes are large: `\w{20}` takes
+/// about 1 MiB, `(?-u:\w){20}` a few KiB.
+pub const MAX_BAN_COMPILED: usize = 1 << 20;
+
+/// The lazy DFA cache each matching thread may grow per ban pattern.
+const BAN_DFA_CACHE: usize = 64 << 10;
+
+/// The bound on pending bans (rules not yet retired): their number, and the bytes their
+/// compiled patterns hold ([`Ban::cost`]). A ban past either is refused
+/// ([`BanError::TooMany`]). Defaults: 10,000 bans, 64 MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanLimits {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl Default for BanLimits {
+    fn default() -> Self {
+        BanLimits {
+            count: 10_000,
+            bytes: 64 << 20,
+        }
+    }
+}
 
 impl Ban {
     /// Parses `subject` (`url`, `header:NAME`), `op` (`==`, `^=`, `~`) and `value`.
@@ -187,15 +230,35 @@ impl Ban {
         let op = match op {
             "==" => BanOp::Equals(value.to_string()),
             "^=" => BanOp::Prefix(value.to_string()),
-            "~" => BanOp::Regex(
-                regex::RegexBuilder::new(value)
-                    .size_limit(1 << 20)
-                    .build()
-                    .map_err(|e| BanError::Regex(e.to_string()))?,
-            ),
+            "~" => {
+                use regex_automata::meta;
+                let config = meta::Config::new()
+                    .nfa_size_limit(Some(MAX_BAN_COMPILED))
+                    .onepass_size_limit(Some(MAX_BAN_COMPILED))
+                    .dfa_size_limit(Some(MAX_BAN_COMPILED))
+                    .hybrid_cache_capacity(BAN_DFA_CACHE);
+                let re = meta::Regex::builder()
+                    .configure(config)
+                    .build(value)
+                    .map_err(|e| match e.size_limit() {
+                        Some(limit) => BanError::Regex(format!(
+                            "the pattern compiles to more than {limit} bytes (Unicode \
+                             classes such as \\w are large: try (?-u:\\w), or a prefix)"
+                        )),
+                        None => BanError::Regex(e.to_string()),
+                    })?;
+                BanOp::Regex(value.into(), re)
+            }
             other => return Err(BanError::Operator(other.to_string())),
         };
-        Ok(Ban { subject, op })
+        let base = (std::mem::size_of::<Ban>() + value.len()) as u64;
+        let cost = match &op {
+            // The compiled pattern, and the caches a match grows: the lazy DFA's (forward
+            // and reverse) and about as much again for the other engines'.
+            BanOp::Regex(_, re) => base + re.memory_usage() as u64 + 4 * BAN_DFA_CACHE as u64,
+            _ => base,
+        };
+        Ok(Ban { subject, op, cost })
     }
 
     /// The pattern as written (`url ~ ^http://a/`).
@@ -207,7 +270,7 @@ impl Ban {
         let (op, v) = match &self.op {
             BanOp::Equals(v) => ("==", v.as_str()),
             BanOp::Prefix(v) => ("^=", v.as_str()),
-            BanOp::Regex(r) => ("~", r.as_str()),
+            BanOp::Regex(r, _) => ("~", &**r),
         };
         format!("{subject} {op} {v}")
     }
@@ -222,7 +285,7 @@ impl Ban {
         match &self.op {
             BanOp::Equals(v) => (subject, "==", v.as_str()),
             BanOp::Prefix(v) => (subject, "^=", v.as_str()),
-            BanOp::Regex(r) => (subject, "~", r.as_str()),
+            BanOp::Regex(r, _) => (subject, "~", &**r),
         }
     }
 
@@ -230,7 +293,7 @@ impl Ban {
         match &self.op {
             BanOp::Equals(v) => s == v,
             BanOp::Prefix(v) => s.starts_with(v.as_str()),
-            BanOp::Regex(r) => r.is_match(s),
+            BanOp::Regex(_, r) => r.is_match(s),
         }
     }
 
@@ -294,6 +357,28 @@ struct Log {
     /// URL rules by key hash, the newest per key and mode: a lookup probes this once
     /// instead of walking every purged URL (puts and PURGEs make many).
     keys: FastMap<u64, KeyMarks>,
+    /// Pending bans in `rules`, and the sum of their [`Ban::cost`].
+    bans: u64,
+    ban_bytes: u64,
+}
+
+impl Log {
+    fn push_rule(&mut self, rule: Arc<Rule>) {
+        if let Selector::Ban(b) = &rule.selector {
+            self.bans += 1;
+            self.ban_bytes += b.cost;
+        }
+        self.rules.push_back(rule);
+    }
+
+    fn pop_rule(&mut self) {
+        if let Some(rule) = self.rules.pop_front() {
+            if let Selector::Ban(b) = &rule.selector {
+                self.bans -= 1;
+                self.ban_bytes -= b.cost;
+            }
+        }
+    }
 }
 
 /// The newest URL rules for one key.
@@ -313,7 +398,18 @@ type Carriers = FastMap<u64, Arc<Object>>;
 struct Members {
     shards: Vec<Mutex<FastMap<u64, Carriers>>>,
     names: Mutex<FastMap<u64, Arc<str>>>,
+    /// What the index holds beyond each object's own memberships (those are in
+    /// `Object::charge`): per distinct tag its map, per name its bytes. The memory tier
+    /// counts it against its budget (issue 19, defect 4).
+    bytes: AtomicU64,
 }
+
+/// Bytes one distinct tag's entry in the index costs (its map of carriers, the outer
+/// map's slot): charged in [`Invalidations::index_bytes`].
+const TAG_ENTRY_COST: u64 = 128;
+
+/// Bytes one remembered name costs besides its text (the `Arc<str>` header, the map slot).
+const NAME_COST: u64 = 48;
 
 /// The invalidation state of a store: the rule log and the tag index. Shared by the tiers
 /// of one cache (`Arc` it).
@@ -328,6 +424,7 @@ pub struct Invalidations {
     retired: AtomicU64,
     /// Every stored object has been checked against the rules up to this one.
     swept: AtomicU64,
+    ban_limits: RwLock<BanLimits>,
 }
 
 impl std::fmt::Debug for Invalidations {
@@ -354,6 +451,8 @@ pub struct InvalidationStats {
     pub pending: u64,
     /// Of those, bans.
     pub bans: u64,
+    /// Bytes the pending bans hold ([`Ban::cost`]).
+    pub ban_bytes: u64,
     pub retired: u64,
     /// Distinct tags and named caches with members.
     pub tags: u64,
@@ -372,10 +471,14 @@ impl Invalidations {
                 floor: 0,
                 rules: VecDeque::new(),
                 keys: fast_map(),
+                bans: 0,
+                ban_bytes: 0,
             }),
+            ban_limits: RwLock::new(BanLimits::default()),
             members: Members {
                 shards: (0..MEMBER_SHARDS).map(|_| Mutex::new(fast_map())).collect(),
                 names: Mutex::new(fast_map()),
+                bytes: AtomicU64::new(0),
             },
             retired: AtomicU64::new(0),
             swept: AtomicU64::new(0),
@@ -499,7 +602,7 @@ impl Invalidations {
             }
             m.at = m.at.max(at);
         } else {
-            log.rules.push_back(Arc::new(Rule {
+            log.push_rule(Arc::new(Rule {
                 seq,
                 selector,
                 mode,
@@ -508,11 +611,36 @@ impl Invalidations {
         }
     }
 
+    /// Sets the bound on pending bans (bans already pending stay).
+    pub fn set_ban_limits(&self, limits: BanLimits) {
+        *self.ban_limits.write() = limits;
+    }
+
+    /// Records a ban as [`Invalidations::add`] does, unless pending bans are at their bound
+    /// ([`BanLimits`]): then nothing is recorded and the error says why.
+    pub fn add_ban(&self, ban: Ban, mode: Mode, at: SystemTime) -> Result<u64, BanError> {
+        let limits = *self.ban_limits.read();
+        let mut log = self.log.write();
+        if log.bans + 1 > limits.count || log.ban_bytes.saturating_add(ban.cost) > limits.bytes {
+            return Err(BanError::TooMany {
+                count: log.bans,
+                bytes: log.ban_bytes,
+                max_count: limits.count,
+                max_bytes: limits.bytes,
+            });
+        }
+        Ok(self.add_locked(&mut log, Selector::Ban(Arc::new(ban)), mode, at))
+    }
+
     /// Records an invalidation; returns its sequence number. Constant time (with a
     /// journal, a copy into its buffer too; see [`Invalidations::durable`] for the
     /// acknowledgement).
     pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let mut log = self.log.write();
+        self.add_locked(&mut log, selector, mode, at)
+    }
+
+    fn add_locked(&self, log: &mut Log, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let seq = log.next;
         log.next += 1;
         if let Some(j) = self.journal.get() {
@@ -545,7 +673,7 @@ impl Invalidations {
             }
             m.at = at;
         } else {
-            log.rules.push_back(Arc::new(Rule {
+            log.push_rule(Arc::new(Rule {
                 seq,
                 selector,
                 mode,
@@ -663,7 +791,7 @@ impl Invalidations {
                     break;
                 }
                 floor = floor.max(r.seq);
-                log.rules.pop_front();
+                log.pop_rule();
                 report.retired += 1;
             }
             let before = log.keys.len();
@@ -698,12 +826,21 @@ impl Invalidations {
             return;
         }
         for h in l.tags.iter().chain(l.cache.iter()) {
-            self.members.shards[*h as usize % MEMBER_SHARDS]
-                .lock()
-                .entry(*h)
-                .or_insert_with(fast_map)
-                .insert(obj.id(), Arc::clone(obj));
+            let mut shard = self.members.shards[*h as usize % MEMBER_SHARDS].lock();
+            let carriers = shard.entry(*h).or_insert_with(|| {
+                self.members
+                    .bytes
+                    .fetch_add(TAG_ENTRY_COST, Ordering::Relaxed);
+                fast_map()
+            });
+            carriers.insert(obj.id(), Arc::clone(obj));
         }
+    }
+
+    /// Bytes the tag index holds besides what each object is charged for its own
+    /// memberships: distinct tags' entries and the names remembered for listings.
+    pub fn index_bytes(&self) -> u64 {
+        self.members.bytes.load(Ordering::Relaxed)
     }
 
     /// `obj` left the store.
@@ -719,19 +856,43 @@ impl Invalidations {
                 if m.is_empty() {
                     shard.remove(h);
                     drop(shard);
-                    self.members.names.lock().remove(h);
+                    let mut freed = TAG_ENTRY_COST;
+                    if let Some(name) = self.members.names.lock().remove(h) {
+                        freed += name.len() as u64 + NAME_COST;
+                    }
+                    self.members.bytes.fetch_sub(freed, Ordering::Relaxed);
                 }
             }
         }
     }
 
-    /// Remembers the name behind a tag or cache hash, for listings.
+    /// Remembers the name behind a tag or cache hash, for listings, while some stored
+    /// object carries it (a name nothing carries would never be forgotten).
     pub fn name(&self, h: u64, name: &str) {
-        self.members
-            .names
-            .lock()
-            .entry(h)
-            .or_insert_with(|| Arc::from(name));
+        // The shard's lock is held across the insert, so a `removed` that empties the tag
+        // meanwhile either runs before (no carriers: nothing remembered) or after (it
+        // forgets the name).
+        let shard = self.members.shards[h as usize % MEMBER_SHARDS].lock();
+        if shard.get(&h).is_none_or(|m| m.is_empty()) {
+            return;
+        }
+        self.remember(h, name);
+        drop(shard);
+    }
+
+    /// Remembers the name of a named cache (from the configuration: a bounded set), even
+    /// before an object of it is stored.
+    pub fn cache_name(&self, h: u64, name: &str) {
+        self.remember(h, name);
+    }
+
+    fn remember(&self, h: u64, name: &str) {
+        self.members.names.lock().entry(h).or_insert_with(|| {
+            self.members
+                .bytes
+                .fetch_add(name.len() as u64 + NAME_COST, Ordering::Relaxed);
+            Arc::from(name)
+        });
     }
 
     /// The name behind a hash, if known.
@@ -756,14 +917,13 @@ impl Invalidations {
     }
 
     pub fn stats(&self) -> InvalidationStats {
-        let (pending, bans) = {
+        let (pending, bans, ban_bytes) = {
             let log = self.log.read();
-            let bans = log
-                .rules
-                .iter()
-                .filter(|r| matches!(r.selector, Selector::Ban(_)))
-                .count();
-            ((log.rules.len() + log.keys.len()) as u64, bans as u64)
+            (
+                (log.rules.len() + log.keys.len()) as u64,
+                log.bans,
+                log.ban_bytes,
+            )
         };
         let (mut tags, mut memberships) = (0u64, 0u64);
         for s in &self.members.shards {
@@ -775,6 +935,7 @@ impl Invalidations {
             seq: self.current(),
             pending,
             bans,
+            ban_bytes,
             retired: self.retired.load(Ordering::Relaxed),
             tags,
             memberships,
@@ -907,5 +1068,53 @@ mod tests {
         assert_eq!(inv.pending(), 0);
         // An object sent before the retired rule and never checked is taken as dead.
         assert_eq!(inv.verdict(&obj("http://h/late", &[], 0)), Verdict::Dead);
+    }
+
+    /// Issue 19, defect 3: pending bans are bounded by count and by the bytes their
+    /// patterns hold; past either a ban is refused with a reason and nothing is recorded;
+    /// a retired ban gives its bytes back.
+    #[test]
+    fn issue_19_bans_past_their_bound_are_refused_and_their_memory_counted() {
+        let inv = Invalidations::new();
+        inv.set_ban_limits(BanLimits {
+            count: 3,
+            bytes: u64::MAX,
+        });
+        let ban = |i: u32| Ban::parse("url", "~", &format!("^http://h/{i}/[a-z]+$")).unwrap();
+        for i in 0..3 {
+            inv.add_ban(ban(i), Mode::Hard, t(1)).unwrap();
+        }
+        let seq = inv.current();
+        let err = inv.add_ban(ban(3), Mode::Hard, t(1)).unwrap_err();
+        assert!(matches!(err, BanError::TooMany { count: 3, .. }), "{err}");
+        assert!(err.to_string().contains("too many pending bans"), "{err}");
+        assert_eq!(inv.current(), seq, "nothing recorded");
+        let s = inv.stats();
+        assert_eq!(s.bans, 3);
+        assert!(s.ban_bytes >= 3 * ban(0).cost, "{s:?}");
+        // By bytes: room for exactly two.
+        let store = MemoryStore::new(1 << 20, 4, 1 << 20, EvictionKind::Lru);
+        let inv = store.invalidations().unwrap().clone();
+        inv.set_ban_limits(BanLimits {
+            count: 100,
+            bytes: 2 * ban(0).cost + 1,
+        });
+        inv.add_ban(ban(0), Mode::Hard, t(1)).unwrap();
+        inv.add_ban(ban(1), Mode::Hard, t(1)).unwrap();
+        assert!(inv.add_ban(ban(2), Mode::Hard, t(1)).is_err());
+        // Retired by a sweep: the bytes come back.
+        inv.sweep(&store, t(10));
+        assert_eq!(inv.stats().ban_bytes, 0);
+        assert_eq!(inv.stats().bans, 0);
+        inv.add_ban(ban(2), Mode::Hard, t(11)).unwrap();
+    }
+
+    /// Issue 19, defect 3: a pattern whose automaton is too large is refused with a reason
+    /// a caller can act on, not "error building NFA".
+    #[test]
+    fn issue_19_an_oversized_ban_pattern_says_why() {
+        let err = Ban::parse("url", "~", r"\w{2000}").unwrap_err();
+        assert!(err.to_string().contains("compiles to more than"), "{err}");
+        assert!(Ban::parse("url", "~", r"(?-u:\w){20}").is_ok());
     }
 }

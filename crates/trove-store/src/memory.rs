@@ -254,7 +254,15 @@ impl MemoryStore {
     /// Evicts in the policy's order until the tier is within budget; returns the victims
     /// for the eviction hook (handed over once the locks are released).
     fn evict_to_budget(&self, order: &mut Order) -> Vec<Arc<Object>> {
-        self.evict_to(order, self.capacity.load(Ordering::Relaxed))
+        self.evict_to(order, self.budget())
+    }
+
+    /// The bytes objects may take: the capacity less what the tag index holds besides
+    /// them (distinct tags, remembered names), which the budget covers too.
+    fn budget(&self) -> u64 {
+        self.capacity
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.invalidations.index_bytes())
     }
 
     /// Evicts in the policy's order until at most `limit` bytes are stored.
@@ -357,7 +365,7 @@ impl Storage for MemoryStore {
             // Room is made before the newcomer enters the order, so it is never its own
             // victim: a policy that admits into a small queue (S3-FIFO) would otherwise
             // evict every object larger than that queue at once, before its second use.
-            let room = self.capacity.load(Ordering::Relaxed).saturating_sub(charge);
+            let room = self.budget().saturating_sub(charge);
             let victims = self.evict_to(order, room);
             order.ids.insert(obj.id, (h, charge));
             order.bytes += charge;
@@ -491,7 +499,7 @@ impl Storage for MemoryStore {
     fn stats(&self) -> StoreStats {
         let order = self.order.lock();
         let mut s = StoreStats {
-            bytes: order.bytes,
+            bytes: order.bytes + self.invalidations.index_bytes(),
             objects: order.ids.len() as u64,
             removed: order.removed,
             ..Default::default()

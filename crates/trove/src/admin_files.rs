@@ -2,17 +2,22 @@
 //! default place and, when no token is configured, a random token written where only
 //! trove's user can read it and where `trove purge`, `put` … look for it.
 //!
-//! - The **runtime directory**: `$XDG_RUNTIME_DIR/trove` when that is set (a per-user
-//!   directory the login manager makes, mode 0700), else `/tmp/trove-<uid>`. trove creates
-//!   it with mode 0700 and refuses one that another user owns or others may enter, so
-//!   nobody else can plant a file or a symlink where the token goes.
+//! - The **runtime directory**: `$XDG_RUNTIME_DIR/trove` when that is set to a directory
+//!   this user owns that nobody else may write to (a per-user directory the login manager
+//!   makes, mode 0700; one owned by another user or writable by others is ignored: whoever
+//!   can write there could swap `trove` for their own), else `/tmp/trove-<uid>` (in `$TMPDIR`
+//!   when set). trove creates it with mode 0700 and refuses one that another user owns or
+//!   others may enter, so nobody else can plant a file or a symlink where the token goes.
 //! - The **default socket** (`[admin] socket = "auto"`, the default): `admin-<port>.sock` in
 //!   the runtime directory, `<port>` the admin listener's (so several troves on one machine
 //!   don't collide), mode 0600.
 //! - The **generated token** (no `token` or `token_file`): 32 random bytes from the
 //!   kernel (`/dev/urandom`) as hex, new at every start, kept across reloads, written with
-//!   mode 0600 to `admin-<port>.token` in the runtime directory and beside the socket
-//!   (`<socket>.token`), removed at a clean stop.
+//!   mode 0600 to `admin-<address>-<port>.token` in the runtime directory (by address too:
+//!   two troves may use one port on two addresses) and beside the socket
+//!   (`<socket>.token`), removed at a clean stop if it still holds this trove's token. A
+//!   generated token that could be written nowhere stops the start (nobody could use the
+//!   API), saying why.
 //! - **Leftovers** of a trove that was killed (`kill -9`, a crash) are swept at the next
 //!   start that uses the runtime directory: a default socket nothing listens on any more
 //!   and older than [`STALE_AFTER`] goes, with its token files ([`sweep_stale`]).
@@ -25,10 +30,21 @@ use anyhow::Context;
 
 /// The runtime directory (see the module docs); not created.
 pub fn runtime_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    match std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .filter(|d| safe_parent(Path::new(d)))
+    {
         Some(d) => PathBuf::from(d).join("trove"),
         None => std::env::temp_dir().join(format!("trove-{}", rustix::process::geteuid().as_raw())),
     }
+}
+
+/// True for a directory this user owns that no one else may write to (issue 19, defect 10:
+/// a `$XDG_RUNTIME_DIR` of another user's, mode 0777, was taken).
+fn safe_parent(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| {
+        m.is_dir() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o022 == 0
+    })
 }
 
 /// Creates the runtime directory (mode 0700) or checks the one there is ours alone.
@@ -53,9 +69,25 @@ pub fn ensure_private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The token file the CLI looks for when it reaches the API at `port` over TCP.
+/// The token file the CLI looks for when it reaches the API at `addr` over TCP: named by
+/// the address and the port, so two troves on one port and two addresses keep theirs.
+pub fn token_for(addr: std::net::SocketAddr) -> PathBuf {
+    let ip = addr.ip().to_string().replace(':', "_");
+    runtime_dir().join(format!("admin-{ip}-{}.token", addr.port()))
+}
+
+/// The name a trove before issue 19 wrote its token under (the port alone): read as a
+/// fallback by the CLI, never written.
 pub fn token_for_port(port: u16) -> PathBuf {
     runtime_dir().join(format!("admin-{port}.token"))
+}
+
+/// Removes a token file if it still holds `token` (another trove may have written its own
+/// there since; that one is not ours to remove).
+pub fn remove_token(path: &Path, token: &str) {
+    if read_token(path).as_deref() == Some(token) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// The token file beside a socket.
@@ -94,6 +126,27 @@ pub fn sweep_stale(dir: &Path, min_age: std::time::Duration) -> usize {
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
+        if let Some(addr) = name
+            .strip_prefix("admin-")
+            .and_then(|n| n.strip_suffix(".token"))
+            .and_then(token_addr)
+        {
+            // A token for a TCP address nothing listens on any more: a dead trove's.
+            let path = e.path();
+            let old = std::fs::symlink_metadata(&path)
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age >= min_age);
+            let refused = matches!(
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)),
+                Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused
+            );
+            if old && refused {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
         let Some(stem) = name
             .strip_prefix("admin-")
             .and_then(|n| n.strip_suffix(".sock"))
@@ -125,6 +178,13 @@ pub fn sweep_stale(dir: &Path, min_age: std::time::Duration) -> usize {
     swept
 }
 
+/// The address in a token file's name (`<ip>-<port>`, `:` of IPv6 written `_`).
+fn token_addr(stem: &str) -> Option<std::net::SocketAddr> {
+    let (ip, port) = stem.rsplit_once('-')?;
+    let ip: std::net::IpAddr = ip.replace('_', ":").parse().ok()?;
+    Some(std::net::SocketAddr::new(ip, port.parse().ok()?))
+}
+
 /// A fresh random token: 32 bytes from the kernel, as hex.
 pub fn generate_token() -> anyhow::Result<String> {
     let mut b = [0u8; 32];
@@ -144,10 +204,18 @@ pub fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    writeln!(f, "{token}").with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    let written = f
+        .set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| writeln!(f, "{token}"))
+        .with_context(|| format!("cannot write {}", tmp.display()))
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+        });
+    if written.is_err() {
+        // Never leave the temporary file behind (issue 19, defect 10).
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Reads the first line of a token file.

@@ -107,7 +107,11 @@ fn generated_token(api: &str) -> Option<String> {
     let endpoint: Endpoint = api.parse().ok()?;
     let file = match endpoint {
         Endpoint::Unix(path) => crate::admin_files::token_beside(&path),
-        Endpoint::Tcp(addr) => crate::admin_files::token_for_port(addr.port()),
+        Endpoint::Tcp(addr) => {
+            return crate::admin_files::read_token(&crate::admin_files::token_for(addr)).or_else(
+                || crate::admin_files::read_token(&crate::admin_files::token_for_port(addr.port())),
+            )
+        }
     };
     crate::admin_files::read_token(&file)
 }

@@ -193,6 +193,10 @@ impl trove_admin::Source for AdminSource {
             .unwrap_or_default()
     }
 
+    fn degraded(&self) -> Option<String> {
+        self.0.get().and_then(|s| s.disk_health())
+    }
+
     fn refused(&self, _peer: std::net::SocketAddr) {
         if let Some(s) = self.0.get() {
             s.metrics
@@ -213,8 +217,11 @@ struct AdminFiles {
     /// The socket's setting, its path and its accept loop.
     socket_setting: String,
     socket: Option<(PathBuf, tokio::task::AbortHandle)>,
-    /// Token files written.
+    /// Token files written, and the token they hold.
     files: Vec<PathBuf>,
+    written: String,
+    /// The admin side's connection limit, shared by the TCP listener and the socket.
+    gate: Arc<trove_admin::Gate>,
 }
 
 impl AdminFiles {
@@ -273,7 +280,7 @@ impl AdminFiles {
         };
         let source = Arc::new(AdminSource(running.current()));
         eprintln!("admin socket {}", path.display());
-        let handle = unix.serve(source, Some(Arc::clone(api)));
+        let handle = unix.serve_gated(source, Some(Arc::clone(api)), Arc::clone(&self.gate));
         self.socket = Some((path, handle));
         Ok(())
     }
@@ -281,18 +288,30 @@ impl AdminFiles {
     /// Writes the generated token where the CLI looks for it (or removes files of a
     /// generated token no longer in use). Failures are logged: the API still works for
     /// whoever has the token.
-    fn write_tokens(&mut self, admin_port: Option<u16>, token: &str) {
+    ///
+    /// A generated token written nowhere (the runtime directory refused, say, because
+    /// another user made it first) is an error: nobody could use the API, yet the TCP
+    /// listener would say it serves it (issue 19, defect 10).
+    fn write_tokens(
+        &mut self,
+        admin_addr: Option<std::net::SocketAddr>,
+        token: &str,
+    ) -> anyhow::Result<()> {
         let before = std::mem::take(&mut self.files);
+        let before_token = std::mem::take(&mut self.written);
         for f in &before {
-            let _ = std::fs::remove_file(f);
+            // Only if it still holds our token: another trove may have written its own.
+            admin_files::remove_token(f, &before_token);
         }
         if !self.using_generated {
-            return;
+            return Ok(());
         }
         let mut places = Vec::new();
-        if let Some(port) = admin_port {
-            if admin_files::ensure_private_dir(&admin_files::runtime_dir()).is_ok() {
-                places.push(admin_files::token_for_port(port));
+        let mut problems = Vec::new();
+        if let Some(addr) = admin_addr {
+            match admin_files::ensure_private_dir(&admin_files::runtime_dir()) {
+                Ok(()) => places.push(admin_files::token_for(addr)),
+                Err(e) => problems.push(format!("{e:#}")),
             }
         }
         if let Some((socket, _)) = &self.socket {
@@ -306,16 +325,28 @@ impl AdminFiles {
                     }
                     self.files.push(p);
                 }
-                Err(e) => eprintln!("trove: admin token: {e:#}"),
+                Err(e) => {
+                    eprintln!("trove: admin token: {e:#}");
+                    problems.push(format!("{e:#}"));
+                }
             }
         }
+        self.written = token.to_string();
+        if self.files.is_empty() && (admin_addr.is_some() || self.socket.is_some()) {
+            anyhow::bail!(
+                "admin: the generated API token could be written nowhere ({}); set [admin] \
+                 token or token_file, or fix the runtime directory",
+                problems.join("; ")
+            );
+        }
+        Ok(())
     }
 
     /// A reload: the token, the largest put and the socket as the new config says.
     fn reload(
         &mut self,
         next: &Config,
-        admin_port: Option<u16>,
+        admin_addr: Option<std::net::SocketAddr>,
         running: &trove_proxy::listener::Running,
         api: &Arc<trove_admin::api::Api>,
     ) {
@@ -332,7 +363,7 @@ impl AdminFiles {
         if next.admin.socket != self.socket_setting {
             let old = self.socket.take();
             let old_setting = self.socket_setting.clone();
-            match self.bind_socket(next, admin_port, running, api) {
+            match self.bind_socket(next, admin_addr.map(|a| a.port()), running, api) {
                 Ok(()) => {
                     if let Some((path, handle)) = old {
                         handle.abort();
@@ -351,7 +382,9 @@ impl AdminFiles {
         } else {
             String::new()
         };
-        self.write_tokens(admin_port, &token);
+        if let Err(e) = self.write_tokens(admin_addr, &token) {
+            eprintln!("trove: reload: {e:#}");
+        }
     }
 
     /// A clean stop: the socket and the token files go.
@@ -361,7 +394,7 @@ impl AdminFiles {
             let _ = std::fs::remove_file(path);
         }
         for f in self.files.drain(..) {
-            let _ = std::fs::remove_file(f);
+            admin_files::remove_token(&f, &self.written);
         }
     }
 }
@@ -403,12 +436,17 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
     // The socket and the token files first: the TCP address is the last line of start-up
     // (scripts and tests read up to it).
     admin_files.bind_socket(&config, admin_port, &running, &api)?;
-    admin_files.write_tokens(admin_port, &token);
+    admin_files.write_tokens(admin_addr, &token)?;
     if let Some(admin) = admin {
         let bound = admin.local_addr();
         let allow = trove_admin::Allow::new(config.admin.allow.clone());
         let source = Arc::new(AdminSource(running.current()));
-        admin.serve_with_api(allow, source, Some(Arc::clone(&api)));
+        admin.serve_gated(
+            allow,
+            source,
+            Some(Arc::clone(&api)),
+            Arc::clone(&admin_files.gate),
+        );
         eprintln!("admin listening {bound}");
     }
     let mut signals = lifecycle::Signals::new()?;
@@ -432,7 +470,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
                                 eprintln!("trove: reload refused, the running config stays: {e}")
                             }
                             Ok(done) => {
-                                admin_files.reload(&next, admin_port, &running, &api);
+                                admin_files.reload(&next, admin_addr, &running, &api);
                                 eprintln!(
                                     "trove: reloaded {}: {}",
                                     path.display(),

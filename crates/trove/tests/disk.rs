@@ -144,13 +144,24 @@ fn kill_9_under_load_then_restart_serves_every_object_byte_for_byte() {
         c.join().unwrap();
     }
     // A power loss would also have cut the last write short: cut the data file mid-record.
-    // The file ends where the last write ended: inside the open region, 100 bytes back is
-    // inside its last record (each is over 500 bytes). If the kill came just after a region
-    // was sealed, the file ends with that region's footer; cutting 100 bytes would only
-    // lose the summary (the records behind it are whole and found by a scan), so cut the
-    // sealed region in half instead.
+    // The data file is kept at its full length (sparse); the written part ends at its last
+    // byte that is not zero: inside the open region, 100 bytes back is inside its last
+    // record (each is over 500 bytes). If the kill came just after a region was sealed,
+    // it ends with that region's footer; cutting 100 bytes would only lose the summary (the
+    // records behind it are whole and found by a scan), so cut the sealed region in half
+    // instead.
     let data = disk.join("regions.dat");
-    let len = std::fs::metadata(&data).unwrap().len();
+    let bytes = std::fs::read(&data).unwrap();
+    let len = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p as u64 + 1);
+    drop(bytes);
+    let len = if len % 8 == 0 {
+        len
+    } else {
+        len.next_multiple_of(8)
+    };
     let region = 256 * 1024;
     let cut = if len.is_multiple_of(region) {
         len - region / 2
@@ -364,6 +375,7 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
         return;
     };
     let ro_fs = Tmpfs::mount(&ro, "ro,size=1m");
+    // Issue 19, defect 11: with the default `on_failure = "stop"`, start-up fails.
     let (origin, _) = origin();
     let t = start(&dir, &config(&full, "16MiB", ""));
     for i in 0..200 {
@@ -387,7 +399,14 @@ fn a_full_disk_and_a_read_only_directory_degrade_to_memory_only() {
     assert!(failed, "the full disk was noticed");
     if let Some(ro_fs) = ro_fs {
         let dir2 = TempDir::new("disk-ro-conf");
-        let t = start(&dir2, &config(&ro.join("cache"), "4MiB", ""));
+        let err = try_start(&dir2, &config(&ro.join("cache"), "4MiB", ""))
+            .err()
+            .expect("a read-only directory stops the start");
+        assert!(err.contains("on_failure"), "{err}");
+        let t = start(
+            &dir2,
+            &config(&ro.join("cache"), "4MiB", "on_failure = \"memory\"\n"),
+        );
         assert_eq!(metric(&t.admin, "trove_disk_failed"), 1.0);
         get(&t.proxy, &origin, 1).expect("serving");
         let (head, b) = get(&t.proxy, &origin, 1).expect("serving");

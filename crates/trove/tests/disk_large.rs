@@ -725,3 +725,279 @@ fn a_body_over_the_disk_max_object_passes_through() {
         assert_eq!(fetched.load(Ordering::SeqCst), round);
     }
 }
+
+/// The value of request field `name` in `head` (lower-case name), if present.
+fn field<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// An origin of [`large_body`]s that answers `Range: bytes=A-[B]` with a 206 when the request's
+/// `If-Range` matches the object's strong ETag (or is absent); with `etag` false it sends no
+/// validator and ignores `Range`. Every request head is kept in `heads`.
+fn ranged_origin(
+    etag: bool,
+) -> (
+    String,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = std::sync::Arc::clone(&heads);
+    let (addr, count) = origin_with(move |head| {
+        h.lock().unwrap().push(head.to_string());
+        let i: usize = target_of(head)
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let body = large_body(i);
+        let tag = format!("\"v{i}\"");
+        if !etag {
+            return common::cacheable(&body, 3600, None);
+        }
+        // `bytes=A-` or `bytes=A-B`.
+        let range = field(head, "range")
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                let a = a.parse::<usize>().ok()?;
+                let b = if b.is_empty() {
+                    body.len() - 1
+                } else {
+                    b.parse::<usize>().ok()?.min(body.len() - 1)
+                };
+                (a <= b).then_some((a, b))
+            })
+            .filter(|_| field(head, "if-range").is_none_or(|v| v == tag));
+        let (status, range, part) = match range {
+            Some((a, b)) => (
+                "206 Partial Content",
+                format!("content-range: bytes {a}-{b}/{}\r\n", body.len()),
+                &body[a..=b],
+            ),
+            None => ("200 OK", String::new(), &body[..]),
+        };
+        let mut r = format!(
+            "HTTP/1.1 {status}\r\ncache-control: max-age=3600\r\netag: {tag}\r\n{range}\
+             content-length: {}\r\n\r\n",
+            part.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(part);
+        r
+    });
+    (addr, count, heads)
+}
+
+/// [`large_config`] with an access log at `log`.
+fn large_config_logged(disk: &Path, log: &Path) -> String {
+    format!(
+        "{}[log]\naccess = {:?}\n",
+        large_config(disk),
+        log.to_str().unwrap()
+    )
+}
+
+/// Flips one byte of the data file where body byte `offset` of object 0 lies.
+fn flip_body_byte(disk: &Path, offset: usize) {
+    let data = disk.join("regions.dat");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let body = large_body(0);
+    let probe = &body[offset..offset + 64];
+    let at = bytes
+        .windows(probe.len())
+        .position(|w| w == probe)
+        .expect("the body's bytes are in the data file");
+    bytes[at + 10] ^= 0x55;
+    std::fs::write(&data, &bytes).unwrap();
+}
+
+/// The access log's lines for `/m/0`, waited for until there are `n`.
+fn log_lines(log: &Path, n: usize) -> Vec<String> {
+    let read = || -> Vec<String> {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("/m/0"))
+            .map(str::to_string)
+            .collect()
+    };
+    wait_for(Duration::from_secs(5), || read().len() >= n);
+    read()
+}
+
+/// Issue 19, defect 1: a byte flipped in a fragment of a spooled object with a strong ETag
+/// (fragment 0, before the client has a byte; fragment 3, mid-body) is resumed from the
+/// origin with `Range` and `If-Range`, as docs/storage-format.md promises: the client gets
+/// the whole body, right, in one response. (Before: a 502 with an empty body logged
+/// `TCP_HIT/200`, and a body cut at 3,145,728 bytes.) The object is dropped: the next
+/// request fetches it whole.
+#[test]
+fn issue_19_a_corrupt_fragment_is_resumed_from_the_origin_with_range() {
+    for offset in [100_000usize, 3_500_000] {
+        let dir = TempDir::new("disk-large-resume");
+        let disk = dir.join("cache");
+        let log = dir.join("access.log");
+        let (origin, fetched, heads) = ranged_origin(true);
+        store_large_then_kill(&dir, &disk, &origin, 1);
+        flip_body_byte(&disk, offset);
+        let t = start_ready(&dir, &large_config_logged(&disk, &log));
+        let (proxy, admin) = (t.proxy(), t.admin());
+        let before = fetched.load(Ordering::SeqCst);
+        let (head, b) = get(&proxy, &origin, 0).expect("response");
+        assert!(
+            head.starts_with("HTTP/1.1 200"),
+            "offset {offset}: {head}\norigin saw: {:?}\n{:?}",
+            heads.lock().unwrap(),
+            t.lines()
+        );
+        assert_eq!(b.len(), large_body(0).len(), "offset {offset}: whole");
+        assert!(b == large_body(0), "offset {offset}: right bytes");
+        let ranged: Vec<String> = heads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|h| field(h, "range").map(str::to_string))
+            .collect();
+        assert_eq!(ranged.len(), 1, "offset {offset}: one resume: {ranged:?}");
+        assert!(ranged[0].starts_with("bytes="), "{ranged:?}");
+        assert_eq!(
+            metric(&admin, "trove_disk_corrupt_records_total"),
+            1.0,
+            "counted"
+        );
+        assert_eq!(
+            metric(
+                &admin,
+                "trove_body_readers_detached_total{outcome=\"resumed\"}"
+            ),
+            1.0,
+            "offset {offset}: counted as resumed"
+        );
+        let (head2, b2) = get(&proxy, &origin, 0).expect("response");
+        assert!(b2 == large_body(0), "fetched again whole");
+        assert!(!is_hit(&head2), "a miss after the drop: {head2}");
+        assert_eq!(fetched.load(Ordering::SeqCst), before + 2);
+        let lines = log_lines(&log, 2);
+        assert!(
+            lines.iter().all(|l| l.contains("/200 ")),
+            "both logged 200: {lines:?}"
+        );
+    }
+}
+
+/// Issue 19, defects 1 and 13: a corrupt first fragment of a spooled object *without* a
+/// strong validator can't be resumed: the client gets a 502 before any byte, and the access
+/// log says 502 (before: `TCP_HIT/200`); the object is dropped, so the next request is a
+/// miss fetched whole from the origin.
+#[test]
+fn issue_19_an_unreadable_first_fragment_is_a_502_logged_as_one() {
+    let dir = TempDir::new("disk-large-502");
+    let disk = dir.join("cache");
+    let log = dir.join("access.log");
+    let (origin, fetched, _) = ranged_origin(false);
+    store_large_then_kill(&dir, &disk, &origin, 1);
+    flip_body_byte(&disk, 100_000);
+    let t = start_ready(&dir, &large_config_logged(&disk, &log));
+    let proxy = t.proxy();
+    let before = fetched.load(Ordering::SeqCst);
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    assert!(b.is_empty());
+    let (head2, b2) = get(&proxy, &origin, 0).expect("response");
+    assert!(!is_hit(&head2), "a miss: {head2}");
+    assert!(b2 == large_body(0), "whole from the origin");
+    assert_eq!(fetched.load(Ordering::SeqCst), before + 1);
+    let lines = log_lines(&log, 2);
+    assert!(lines[0].contains("/502 "), "logged 502: {lines:?}");
+    assert!(lines[1].contains("TCP_MISS/200 "), "{lines:?}");
+}
+
+/// Stores object 0 (spooled) through a trove logging to `log`; returns it, once written.
+fn store_spooled(dir: &Path, disk: &Path, log: &Path, origin: &str) -> Trove {
+    let t = Trove::start(dir, &large_config_logged(disk, log));
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let (_, b) = get(&proxy, origin, 0).expect("response");
+    assert!(b == large_body(0));
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &admin,
+            "trove_disk_writes_total"
+        ) >= 1.0),
+        "written: {}",
+        metrics(&admin)
+    );
+    t
+}
+
+/// Issue 19, defect 13: hits on a spooled object in the process that stored it come from
+/// disk, every byte: they are logged `TCP_HIT` and counted as disk-tier hits. (Before:
+/// `TCP_MEM_HIT`, counted as memory hits.)
+#[test]
+fn issue_19_hits_on_a_spooled_object_are_disk_hits() {
+    let dir = TempDir::new("disk-large-tier");
+    let disk = dir.join("cache");
+    let log = dir.join("access.log");
+    let (origin, _, _) = ranged_origin(false);
+    let t = store_spooled(&dir, &disk, &log, &origin);
+    let (proxy, admin) = (t.proxy(), t.admin());
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(is_hit(&head) && b == large_body(0), "{head}");
+    let lines = log_lines(&log, 2);
+    assert!(lines[1].contains("TCP_HIT/200 "), "a disk hit: {lines:?}");
+    assert!(
+        metrics_text(&admin).contains("tier=\"disk\"} 1"),
+        "counted as a disk-tier hit: {}",
+        metrics_text(&admin)
+            .lines()
+            .filter(|l| l.contains("tier"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Issue 19, defect 2: a spooled object whose data the disk can no longer give back (here
+/// the data file cut to nothing under the running trove, as a device that shrank under its
+/// file system) fails at most once: the failed read drops it, and the next request asks
+/// the healthy origin. (Before: every request failed the same way, a 502 logged as a 200
+/// or a body cut at the same offset, until a restart.)
+#[test]
+fn issue_19_a_spooled_object_the_disk_cannot_read_is_fetched_again() {
+    let dir = TempDir::new("disk-large-shrunk");
+    let disk = dir.join("cache");
+    let log = dir.join("access.log");
+    let (origin, fetched, _) = ranged_origin(false);
+    let t = store_spooled(&dir, &disk, &log, &origin);
+    let proxy = t.proxy();
+    let (head, b) = get(&proxy, &origin, 0).expect("response");
+    assert!(is_hit(&head) && b == large_body(0), "{head}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk.join("regions.dat"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let before = fetched.load(Ordering::SeqCst);
+    let mut failed = 0;
+    for _ in 0..5 {
+        let (head, b) = get(&proxy, &origin, 0).expect("response");
+        if b != large_body(0) || !head.starts_with("HTTP/1.1 200") {
+            failed += 1;
+        }
+    }
+    assert!(failed <= 1, "{failed} of 5 failed");
+    assert!(
+        fetched.load(Ordering::SeqCst) > before,
+        "the origin was asked again"
+    );
+    let lines = log_lines(&log, 7);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("HIT/200") && l.contains(" 66 ")),
+        "no failed hit logged as a 200: {lines:?}"
+    );
+}

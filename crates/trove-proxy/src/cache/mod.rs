@@ -295,6 +295,13 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
             if revalidate {
                 background_revalidate(cx, &obj);
             }
+            // A large object kept on disk (read from its fragments, in the process that
+            // stored it as in a later one) is a disk hit wherever the lookup found it.
+            let tier = if obj.body.reads_from_disk() {
+                Tier::Disk
+            } else {
+                tier
+            };
             let (outcome, status) = by_tier(tier, outcome, status);
             cx.shared.metrics.count_tier_hit(tier);
             hit(cx, &obj, outcome, status, now)

@@ -293,7 +293,11 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
         // Squid's `…_ABORTED`: the client went away mid-body or mid-response. One gone
         // mid-body never got the reply: its status is logged as Squid does, 000.
         let aborted = gone_mid_body || !written.complete;
-        let status = if gone_mid_body { 0 } else { status.as_u16() };
+        let status = if gone_mid_body {
+            0
+        } else {
+            written.sent_status.unwrap_or(status).as_u16()
+        };
         shared.log.log(&LogRecord {
             start: start_wall,
             elapsed,

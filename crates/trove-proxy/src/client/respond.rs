@@ -15,6 +15,9 @@ pub struct Written {
     pub complete: bool,
     /// The connection must close (framing by close, or a body that failed midway).
     pub must_close: bool,
+    /// The status actually sent when it is not the reply's: a stored body that could not
+    /// be read before its first byte is answered 502, and logged so (issue 19, defect 1).
+    pub sent_status: Option<StatusCode>,
 }
 
 fn no_body_status(status: StatusCode) -> bool {
@@ -44,6 +47,7 @@ async fn write_inner<W: Sink>(
     let failed = Written {
         complete: false,
         must_close: true,
+        sent_status: None,
     };
     let Reply {
         status,
@@ -75,6 +79,7 @@ async fn write_inner<W: Sink>(
         return Written {
             complete: ok,
             must_close: !ok,
+            sent_status: None,
         };
     }
     let framing = OutFraming::for_body(len, version);
@@ -99,6 +104,7 @@ async fn write_inner<W: Sink>(
             Written {
                 complete: ok,
                 must_close: must_close || !ok,
+                sent_status: None,
             }
         }
         ReplyBody::Stored {
@@ -120,7 +126,7 @@ async fn write_inner<W: Sink>(
                         _ => None,
                     };
                     if resp.is_none() {
-                        let _ = w
+                        let sent = w
                             .send_head(
                                 StatusCode::BAD_GATEWAY,
                                 &http::HeaderMap::new(),
@@ -130,8 +136,13 @@ async fn write_inner<W: Sink>(
                                 version,
                                 None,
                             )
-                            .await;
-                        return failed;
+                            .await
+                            .is_ok();
+                        return Written {
+                            complete: sent,
+                            must_close: true,
+                            sent_status: Some(StatusCode::BAD_GATEWAY),
+                        };
                     }
                     resumed = resp;
                     None
@@ -253,10 +264,12 @@ async fn finish<W: AsyncWrite + Unpin>(
         return Written {
             complete: false,
             must_close: true,
+            sent_status: None,
         };
     }
     Written {
         complete: true,
         must_close,
+        sent_status: None,
     }
 }

@@ -148,7 +148,11 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
 </style></head><body>
 <h1>trove {version}</h1>
 <p class="sub">Up {uptime} (since {started}) · listening {listeners} · eviction {eviction} · <a href="/metrics">/metrics</a> for Prometheus · this page reloads every 5 s</p>
-"#,
+{degraded}"#,
+        degraded = shared.disk_health().map_or(String::new(), |why| format!(
+            "<p class=\"degraded\" style=\"background:#fdd;padding:.5em\"><b>Degraded:</b> {}</p>\n",
+            escape(&why)
+        )),
         version = env!("CARGO_PKG_VERSION"),
         uptime = uptime(up),
         listeners = escape(&listeners.join(", ")),

@@ -123,7 +123,7 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 impl<R: BufRead> TraceReader for ClfReader<R> {
     fn next_record(&mut self) -> Option<Record<'_>> {
         loop {
-            if !self.lines.advance() {
+            if !self.lines.advance(&mut self.skipped) {
                 return None;
             }
             if is_blank(&self.lines.buf) {

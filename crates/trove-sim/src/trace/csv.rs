@@ -43,9 +43,10 @@ pub fn parse(line: &[u8]) -> Option<(f64, &str, u64)> {
         Some(n) => n,
         None => num(s)?,
     };
-    if !time.is_finite() || id.is_empty() {
+    if id.is_empty() {
         return None;
     }
+    let time = super::sane_time(time)?;
     Some((time, id, super::sane_size(size)?))
 }
 
@@ -99,7 +100,7 @@ fn integer(b: &[u8]) -> Option<u64> {
 impl<R: BufRead> TraceReader for CsvReader<R> {
     fn next_record(&mut self) -> Option<Record<'_>> {
         loop {
-            if !self.lines.advance() {
+            if !self.lines.advance(&mut self.skipped) {
                 return None;
             }
             if super::is_blank(&self.lines.buf) {
@@ -191,8 +192,8 @@ mod tests {
         assert_eq!(parse(b" 3 ,\tb,, 9 ,x"), Some((3.0, "b", 9)));
         assert_eq!(
             parse(b"18446744073709551616,a,1"),
-            Some((18446744073709551616.0, "a", 1)),
-            "past u64: the slow path"
+            None,
+            "past u64: the slow path, and past `MAX_TIME`: a bad line (issue 19)"
         );
         assert_eq!(parse(b"1,a,18446744073709551616"), None, "a size past u64");
         assert_eq!(parse(b"1,a,-5"), None);

@@ -26,6 +26,22 @@ pub fn sane_size(n: u64) -> Option<u64> {
     (n <= MAX_OBJECT_SIZE).then_some(n)
 }
 
+/// The latest time a trace may give, in seconds: 10^11 (the year 5138). A time past it is
+/// corruption (`1e300`, a counter written as a time), and would overflow the virtual
+/// clock's `SystemTime`: such a line is counted bad (issue 19, defect 12).
+pub const MAX_TIME: f64 = 1e11;
+
+/// `t` if it is a time a trace may give: finite, and within [`MAX_TIME`] either way of
+/// its origin.
+pub fn sane_time(t: f64) -> Option<f64> {
+    (t.is_finite() && t.abs() <= MAX_TIME).then_some(t)
+}
+
+/// The longest line a text trace may have: 256 KiB (a URL of Squid's own limit, 64 KiB,
+/// with room). A longer line is counted bad and skipped without being held: one 512 MiB
+/// line once cost the replay 1.59 GB of memory (issue 19, defect 12).
+pub const MAX_LINE: usize = 256 << 10;
+
 /// One request of a trace, borrowed from the reader's line buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record<'a> {
@@ -71,9 +87,10 @@ impl Skipped {
     pub(crate) fn bad(&mut self, line_no: u64, line: &[u8]) {
         self.bad_lines += 1;
         if self.examples.len() < Self::EXAMPLES {
-            let mut s = String::from_utf8_lossy(line).trim_end().to_string();
-            s.truncate(200);
-            self.examples.push((line_no, s));
+            // At most 200 bytes of it: cut as bytes (a character cut in two shows as
+            // U+FFFD), never as a `String`, which panics off a character boundary.
+            let s = String::from_utf8_lossy(&line[..line.len().min(200)]);
+            self.examples.push((line_no, s.trim_end().to_string()));
         }
     }
 }
@@ -176,24 +193,66 @@ impl<R: BufRead> Lines<R> {
         }
     }
 
-    /// Reads the next line (without its line ending) into `buf`; false at the end.
-    pub(crate) fn advance(&mut self) -> bool {
-        self.buf.clear();
-        match self.input.read_until(b'\n', &mut self.buf) {
-            Ok(0) => false,
-            Ok(n) => {
-                self.position += n as u64;
-                self.line_no += 1;
-                while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
-                    self.buf.pop();
+    /// Reads the next line (without its line ending) into `buf`; false at the end. A line
+    /// longer than [`MAX_LINE`] is counted bad in `skipped` and passed over, holding at most
+    /// `MAX_LINE` bytes of it.
+    pub(crate) fn advance(&mut self, skipped: &mut Skipped) -> bool {
+        loop {
+            self.buf.clear();
+            match self.read_line() {
+                Ok(None) => return false,
+                Ok(Some(false)) => {}
+                Ok(Some(true)) => {
+                    skipped.bad(self.line_no, &self.buf);
+                    continue;
                 }
-                true
+                Err(e) => {
+                    self.error = Some(e);
+                    return false;
+                }
             }
-            Err(e) => {
-                self.error = Some(e);
-                false
+            while matches!(self.buf.last(), Some(b'\n' | b'\r')) {
+                self.buf.pop();
+            }
+            return true;
+        }
+    }
+
+    /// One line into `buf`, at most [`MAX_LINE`] bytes of it: `None` at the end,
+    /// `Some(true)` if it was longer (the rest is consumed, not kept).
+    fn read_line(&mut self) -> std::io::Result<Option<bool>> {
+        let mut any = false;
+        let mut overlong = false;
+        loop {
+            let chunk = match self.input.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            any = true;
+            let (take, done) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(self.buf.len());
+            if take > room {
+                overlong = true;
+            }
+            self.buf.extend_from_slice(&chunk[..take.min(room)]);
+            self.input.consume(take);
+            self.position += take as u64;
+            if done {
+                break;
             }
         }
+        if !any {
+            return Ok(None);
+        }
+        self.line_no += 1;
+        Ok(Some(overlong))
     }
 }
 

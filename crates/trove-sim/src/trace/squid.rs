@@ -114,7 +114,7 @@ pub fn parse(line: &[u8]) -> Option<(Record<'_>, f64)> {
         Some(b"-") | None => "",
         Some(t) => text(t)?,
     };
-    if !time.is_finite() || time < 0.0 {
+    if super::sane_time(time)? < 0.0 {
         return None;
     }
     let start = (time - elapsed_ms as f64 / 1e3).max(0.0);
@@ -141,7 +141,7 @@ impl<R: BufRead> TraceReader for SquidReader<R> {
             if self.done {
                 return None;
             }
-            if !self.lines.advance() {
+            if !self.lines.advance(&mut self.skipped) {
                 self.done = true;
                 continue;
             }

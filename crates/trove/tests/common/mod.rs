@@ -82,6 +82,16 @@ impl Trove {
         Trove::spawn(dir, config, cmd)
     }
 
+    /// As [`Trove::try_start`], with `env` set in the child's environment.
+    pub fn try_start_env(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Result<Trove, String> {
+        let mut cmd = trove();
+        cmd.args(["serve", "--config"]).arg(dir.join("trove.toml"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Trove::spawn(dir, config, cmd)
+    }
+
     /// As [`Trove::start`], under `ulimit -n nofile` (soft and hard, so it cannot raise it).
     pub fn start_with_nofile(dir: &Path, config: &str, nofile: u32) -> Trove {
         let mut cmd = Command::new("sh");
