@@ -223,6 +223,44 @@ impl Origin {
         }
     }
 
+    /// An origin that speaks only TLS, with `config`'s certificate: each connection's
+    /// handshake first (a failed one is counted as a connection and closed), then the same
+    /// scripted exchange as [`Origin::start`].
+    pub async fn start_tls(
+        config: Arc<rustls::ServerConfig>,
+        handler: impl Fn(&SeenRequest, usize) -> Action + Send + Sync + 'static,
+    ) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let (h2, c2, s2) = (hits.clone(), connections.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                c2.fetch_add(1, Ordering::SeqCst);
+                let (handler, hits, seen) = (handler.clone(), h2.clone(), s2.clone());
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        origin_conn(tls, handler, hits, seen).await
+                    }
+                });
+            }
+        });
+        Origin {
+            addr,
+            hits,
+            connections,
+            seen,
+        }
+    }
+
     /// Requests received so far.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
@@ -242,8 +280,25 @@ impl Origin {
     }
 }
 
-async fn origin_conn(
-    mut stream: TcpStream,
+/// What a scripted origin's connection runs over: TCP, or TLS over TCP.
+pub trait OriginIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl OriginIo for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl OriginIo for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+async fn origin_conn<S: OriginIo>(
+    mut stream: S,
     handler: Arc<Handler>,
     hits: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<SeenRequest>>>,
@@ -354,14 +409,14 @@ async fn origin_conn(
             Action::Reset => {
                 // SO_LINGER 0 makes close send RST; blocking on drop is what a test wants.
                 #[allow(deprecated)]
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                let _ = stream.tcp().set_linger(Some(Duration::ZERO));
                 return;
             }
         }
     }
 }
 
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<SeenRequest> {
+async fn read_request<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<SeenRequest> {
     loop {
         if let Some(end) = find(buf, b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_string();
@@ -411,7 +466,7 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<SeenR
     }
 }
 
-async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+async fn read_chunked<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let line_end = loop {
@@ -446,7 +501,7 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u
     }
 }
 
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+async fn fill<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<()> {
     let mut tmp = [0u8; 8192];
     let n = stream.read(&mut tmp).await.ok()?;
     if n == 0 {
@@ -513,6 +568,7 @@ impl Trove {
             listeners: vec![ListenerSettings {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 mode,
+                tls: None,
             }],
             ..Settings::default()
         };
@@ -522,6 +578,7 @@ impl Trove {
                 host: "*".into(),
                 path_prefix: "/".into(),
                 upstreams: vec![format!("http://{o}")],
+                tls: None,
             }];
         }
         f(&mut s);
