@@ -305,3 +305,93 @@ impl ServerTls {
             });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair};
+
+    fn write(dir: &std::path::Path, name: &str, names: &[&str]) -> CertFiles {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let files = CertFiles {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        files
+    }
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("trove-tls-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Exact names beat wildcards, a wildcard covers one label, anything else is the
+    /// default's; names compare without case or a trailing dot.
+    #[test]
+    fn names_choose_certificates() {
+        let d = dir("names");
+        let default = write(&d, "default", &["default.test"]);
+        let settings = ListenerTlsSettings {
+            cert: default.cert,
+            key: default.key,
+            sni: vec![
+                write(&d, "exact", &["a.wild.test", "site.test"]),
+                write(&d, "wild", &["*.wild.test"]),
+            ],
+        };
+        let set = CertSet::load(&settings).unwrap();
+        let which = |sni: Option<&str>| {
+            let ck = set.choose(sni);
+            if Arc::ptr_eq(&ck, &set.default) {
+                "default"
+            } else if Arc::ptr_eq(&ck, &set.exact["site.test"]) {
+                "exact"
+            } else {
+                "wild"
+            }
+        };
+        assert_eq!(which(Some("Site.Test.")), "exact");
+        assert_eq!(which(Some("a.wild.test")), "exact");
+        assert_eq!(which(Some("b.wild.test")), "wild");
+        assert_eq!(which(Some("c.b.wild.test")), "default");
+        assert_eq!(which(Some("other.test")), "default");
+        assert_eq!(which(None), "default");
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    /// A key that belongs to another certificate is refused, naming both files; the set
+    /// in use stays, and the change is not retried until the files change again.
+    #[test]
+    fn a_mismatched_renewal_is_refused_and_the_old_set_kept() {
+        let d = dir("mismatch");
+        let site = write(&d, "site", &["site.test"]);
+        let settings = ListenerTlsSettings {
+            cert: site.cert.clone(),
+            key: site.key.clone(),
+            sni: vec![],
+        };
+        let tls = ServerTls::new(&settings, Arc::default()).unwrap();
+        assert_eq!(tls.reload_if_changed().map(|r| r.is_ok()), None);
+        let other = write(&d, "other", &["site.test"]);
+        std::fs::copy(&other.key, &site.key).unwrap();
+        let e = tls.reload_if_changed().unwrap().unwrap_err().to_string();
+        assert!(e.contains("site.pem") && e.contains("site.key"), "{e}");
+        assert_eq!(tls.names(), vec!["site.test".to_string()]);
+        assert!(
+            tls.reload_if_changed().is_none(),
+            "not retried until the files change"
+        );
+        std::fs::copy(&other.cert, &site.cert).unwrap();
+        assert!(tls.reload_if_changed().unwrap().is_ok());
+        assert_eq!(tls.counters().reloads.load(Ordering::Relaxed), 1);
+        assert_eq!(tls.counters().reload_failures.load(Ordering::Relaxed), 1);
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
