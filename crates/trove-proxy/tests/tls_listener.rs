@@ -437,3 +437,43 @@ fn real_client_hello(ca: &TestCa) -> Vec<u8> {
     conn.write_tls(&mut out).unwrap();
     out
 }
+
+/// Two requests in one TLS record are both answered (the second waits decrypted inside
+/// rustls, not on the socket), and a connection idle long enough to give its read buffer
+/// back still gets its next request read.
+#[tokio::test]
+async fn pipelined_and_long_idle_requests_over_tls() {
+    let dir = TempDir::new();
+    let ca = TestCa::new("trove test CA");
+    let site = cert_files(&dir, &ca, "site", &["site.test"]);
+    let origin = Origin::start(|req, _| respond(200, &[], req.path.as_bytes())).await;
+    let tls = ListenerTlsSettings {
+        cert: site.cert,
+        key: site.key,
+        sni: vec![],
+    };
+    let trove = tls_trove(&origin, tls, |_| {}).await;
+    let mut c = connect(trove.addr, &ca, "site.test").await.unwrap();
+    c.write_all(
+        b"GET /a HTTP/1.1\r\nHost: site.test\r\n\r\nGET /b HTTP/1.1\r\nHost: site.test\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !(String::from_utf8_lossy(&got).contains("\r\n\r\n/a")
+        && String::from_utf8_lossy(&got).ends_with("\r\n\r\n/b"))
+    {
+        let mut tmp = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline, c.read(&mut tmp))
+            .await
+            .expect("both pipelined responses in time")
+            .unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&tmp[..n]);
+    }
+    // Past the time an idle connection keeps its buffer.
+    tokio::time::sleep(trove_proxy::lifecycle::IDLE_CHECK + Duration::from_millis(300)).await;
+    let (status, _, body) = get(&mut c, "site.test", "/c").await;
+    assert_eq!((status, body.as_str()), (200, "/c"));
+}
