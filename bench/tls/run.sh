@@ -119,7 +119,7 @@ for round in $(seq 1 "$ROUNDS"); do
             before=$(origin_lines)
             out="$RESULTS/wrk-$t-$size-r$round.txt"
             taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-                -H "Host: site.test" "https://127.0.0.1:${PORT[$t]}/$size.bin" >"$out"
+                -H "Host: site.test:${PORT[$t]}" "https://127.0.0.1:${PORT[$t]}/$size.bin" >"$out"
             echo "origin_requests_during_window $(($(origin_lines) - before))" >>"$out"
             log "round $round $t $size: $(grep Requests/sec "$out")"
         done
