@@ -2,10 +2,12 @@
 //! run time (`trove_tls::testing`); origins are the kit's scripted servers behind rustls.
 
 mod kit;
+#[path = "kit/tls.rs"]
+mod kit_tls;
 
 use std::sync::Arc;
 
-use kit::{respond, Action, Origin, TempDir, Trove};
+use kit::{respond, Action, TempDir, Trove};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -90,7 +92,7 @@ async fn https_origin_miss_hit_revalidation_and_stale_if_error() {
     let ca = TestCa::new("trove test CA");
     let ca_file = ca.write(&dir.0, "ca.pem");
     let cert = ca.issue(&["127.0.0.1", "localhost"], Validity::Current);
-    let origin = Origin::start_tls(server(&cert), |req, _| match req.path.as_str() {
+    let origin = kit_tls::start_tls(server(&cert), |req, _| match req.path.as_str() {
         "/fresh" => respond(200, &[("cache-control", "max-age=3600")], b"fresh body"),
         _ if req.header("if-none-match") == Some("\"v1\"") => {
             // The second revalidation finds the origin failing: stale-if-error stands in.
@@ -154,7 +156,7 @@ async fn https_origin_miss_hit_revalidation_and_stale_if_error() {
 async fn without_the_ca_the_origin_is_refused_with_a_502_naming_the_reason() {
     let ca = TestCa::new("unknown CA");
     let cert = ca.issue(&["127.0.0.1"], Validity::Current);
-    let origin = Origin::start_tls(server(&cert), |_, _| respond(200, &[], b"secret")).await;
+    let origin = kit_tls::start_tls(server(&cert), |_, _| respond(200, &[], b"secret")).await;
     let trove = Trove::reverse_to(origin.addr, https_route(origin.addr, Default::default())).await;
     let r = kit::get(&trove, "/", &[]).await;
     assert_eq!(r.status, 502);
@@ -207,7 +209,7 @@ async fn bad_origin_certificates_are_refused_each_with_its_reason() {
         ),
     ];
     for (what, cert, reason) in cases {
-        let origin = Origin::start_tls(server(&cert), |_, _| respond(200, &[], b"x")).await;
+        let origin = kit_tls::start_tls(server(&cert), |_, _| respond(200, &[], b"x")).await;
         let trove =
             Trove::reverse_to(origin.addr, https_route(origin.addr, trusting(&ca_file))).await;
         let r = kit::get(&trove, "/", &[]).await;
@@ -263,7 +265,7 @@ async fn client_certificates_are_presented_to_origins_that_ask() {
         .issue(&["trove.client"], Validity::Current)
         .write(&dir.0, "client");
     let cert = ca.issue(&["127.0.0.1"], Validity::Current);
-    let origin = Origin::start_tls(server_requiring_client_cert(&cert, &client_ca), |_, _| {
+    let origin = kit_tls::start_tls(server_requiring_client_cert(&cert, &client_ca), |_, _| {
         respond(200, &[], b"mutual")
     })
     .await;
@@ -288,7 +290,7 @@ async fn server_name_is_checked_where_the_upstream_is_an_address() {
     let ca = TestCa::new("trove test CA");
     let ca_file = ca.write(&dir.0, "ca.pem");
     let cert = ca.issue(&["origin.test"], Validity::Current);
-    let origin = Origin::start_tls(server(&cert), |_, _| respond(200, &[], b"named")).await;
+    let origin = kit_tls::start_tls(server(&cert), |_, _| respond(200, &[], b"named")).await;
     let named = OriginTlsSettings {
         server_name: Some("origin.test".into()),
         ..trusting(&ca_file)
@@ -301,7 +303,7 @@ async fn server_name_is_checked_where_the_upstream_is_an_address() {
 #[tokio::test]
 async fn verification_can_be_turned_off_by_name() {
     let cert = testing::self_signed(&["127.0.0.1"]);
-    let origin = Origin::start_tls(server(&cert), |_, _| respond(200, &[], b"unverified")).await;
+    let origin = kit_tls::start_tls(server(&cert), |_, _| respond(200, &[], b"unverified")).await;
     let off = OriginTlsSettings {
         insecure_skip_verify: true,
         ..Default::default()
@@ -318,7 +320,7 @@ async fn new_connections_resume_the_tls_session() {
     let ca = TestCa::new("trove test CA");
     let ca_file = ca.write(&dir.0, "ca.pem");
     let cert = ca.issue(&["127.0.0.1"], Validity::Current);
-    let origin = Origin::start_tls(server(&cert), |_, _| {
+    let origin = kit_tls::start_tls(server(&cert), |_, _| {
         Action::RawClose(
             b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\nconnection: close\r\n\r\nx".to_vec(),
         )
@@ -343,7 +345,7 @@ async fn new_connections_resume_the_tls_session() {
 async fn forward_proxy_fetches_https_urls_over_verified_tls() {
     let ca = TestCa::new("unknown CA");
     let cert = ca.issue(&["localhost"], Validity::Current);
-    let origin = Origin::start_tls(server(&cert), |_, _| respond(200, &[], b"x")).await;
+    let origin = kit_tls::start_tls(server(&cert), |_, _| respond(200, &[], b"x")).await;
     let trove = Trove::forward(|_| {}).await;
     let url = format!("https://localhost:{}/x", origin.addr.port());
     let r = kit::get(&trove, &url, &[]).await;

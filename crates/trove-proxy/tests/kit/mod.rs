@@ -183,14 +183,14 @@ pub fn stream_range(
     }
 }
 
-type Handler = dyn Fn(&SeenRequest, usize) -> Action + Send + Sync;
+pub type Handler = dyn Fn(&SeenRequest, usize) -> Action + Send + Sync;
 
 /// A scripted origin server.
 pub struct Origin {
     pub addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    connections: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<SeenRequest>>>,
+    pub hits: Arc<AtomicUsize>,
+    pub connections: Arc<AtomicUsize>,
+    pub seen: Arc<Mutex<Vec<SeenRequest>>>,
 }
 
 impl Origin {
@@ -223,44 +223,6 @@ impl Origin {
         }
     }
 
-    /// An origin that speaks only TLS, with `config`'s certificate: each connection's
-    /// handshake first (a failed one is counted as a connection and closed), then the same
-    /// scripted exchange as [`Origin::start`].
-    pub async fn start_tls(
-        config: Arc<rustls::ServerConfig>,
-        handler: impl Fn(&SeenRequest, usize) -> Action + Send + Sync + 'static,
-    ) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let handler: Arc<Handler> = Arc::new(handler);
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let (h2, c2, s2) = (hits.clone(), connections.clone(), seen.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                c2.fetch_add(1, Ordering::SeqCst);
-                let (handler, hits, seen) = (handler.clone(), h2.clone(), s2.clone());
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    if let Ok(tls) = acceptor.accept(stream).await {
-                        origin_conn(tls, handler, hits, seen).await
-                    }
-                });
-            }
-        });
-        Origin {
-            addr,
-            hits,
-            connections,
-            seen,
-        }
-    }
-
     /// Requests received so far.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
@@ -280,7 +242,8 @@ impl Origin {
     }
 }
 
-/// What a scripted origin's connection runs over: TCP, or TLS over TCP.
+/// What a scripted origin's connection runs over: TCP, or TLS over TCP (`kit/tls.rs`, which
+/// only the TLS tests include, so the crates that borrow this kit need no TLS crates).
 pub trait OriginIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {
     fn tcp(&self) -> &TcpStream;
 }
@@ -291,13 +254,7 @@ impl OriginIo for TcpStream {
     }
 }
 
-impl OriginIo for tokio_rustls::server::TlsStream<TcpStream> {
-    fn tcp(&self) -> &TcpStream {
-        self.get_ref().0
-    }
-}
-
-async fn origin_conn<S: OriginIo>(
+pub async fn origin_conn<S: OriginIo>(
     mut stream: S,
     handler: Arc<Handler>,
     hits: Arc<AtomicUsize>,
