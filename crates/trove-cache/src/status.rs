@@ -106,6 +106,14 @@ pub enum OriginFailure {
     ConnectionClosed,
     /// The origin spoke broken HTTP.
     ProtocolError,
+    /// The origin's TLS certificate was refused: expired, not yet valid, for another
+    /// name, from an unknown issuer (RFC 9209 `tls_certificate_error`). The proxy's error
+    /// names which.
+    TlsCertificate,
+    /// The TLS handshake with the origin failed otherwise: an alert, broken or
+    /// unacceptable TLS, the connection dropped mid-handshake (RFC 9209
+    /// `tls_protocol_error`).
+    TlsProtocol,
 }
 
 impl OriginFailure {
@@ -119,6 +127,8 @@ impl OriginFailure {
             OriginFailure::Timeout => "timeout",
             OriginFailure::ConnectionClosed => "connection-closed",
             OriginFailure::ProtocolError => "http-protocol-error",
+            OriginFailure::TlsCertificate => "tls-certificate-error",
+            OriginFailure::TlsProtocol => "tls-protocol-error",
         }
     }
 

@@ -67,7 +67,7 @@ impl TargetError {
             TargetError::UserInfo => "userinfo (user@) in a URL is refused",
             TargetError::BadPort => "invalid port",
             TargetError::BadPath => "invalid request target",
-            TargetError::Scheme => "only http:// URLs can be proxied; use CONNECT for https",
+            TargetError::Scheme => "only http:// and https:// URLs can be proxied",
         }
     }
 }
@@ -103,8 +103,9 @@ impl fmt::Debug for Target {
 
 impl Target {
     /// The target of a request from its request line (`target`, as the head parser read it)
-    /// and its header fields: `http` only (an absolute-form `https://` target is
-    /// [`TargetError::Scheme`]). Authority-form (CONNECT) is not a target of this kind.
+    /// and its header fields: `http`, or `https` in absolute form (a forward proxy's client
+    /// asking it to fetch over TLS); any other scheme is [`TargetError::Scheme`].
+    /// Authority-form (CONNECT) is not a target of this kind.
     pub fn from_request(
         target: &Uri,
         headers: &HeaderMap,
@@ -124,7 +125,7 @@ impl Target {
             None => None,
         };
         if let Some(scheme) = target.scheme_str() {
-            if !scheme.eq_ignore_ascii_case("http") {
+            if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
                 return Err(TargetError::Scheme);
             }
             return Target::from_absolute(target);
@@ -228,6 +229,11 @@ impl Target {
     /// The key, by value.
     pub fn into_key(self) -> String {
         self.key
+    }
+
+    /// Whether the target is an `https` URL (fetched over TLS).
+    pub fn is_https(&self) -> bool {
+        self.scheme_end == "https://".len()
     }
 
     /// `http` or `https`.
@@ -721,10 +727,8 @@ mod tests {
 
     #[test]
     fn other_schemes_are_not_proxied() {
-        assert_eq!(
-            req("https://a/x", Some("a")).err(),
-            Some(TargetError::Scheme)
-        );
+        let https = req("https://a/x", Some("a")).unwrap();
+        assert_eq!((https.key(), https.is_https()), ("https://a/x", true));
         assert_eq!(req("ftp://a/x", Some("a")).err(), Some(TargetError::Scheme));
         // An https URL is still a target for keys and invalidation.
         let t = Target::parse("HTTPS://A:443/x").unwrap();

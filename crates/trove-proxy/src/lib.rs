@@ -22,6 +22,7 @@ pub mod cache;
 pub mod client;
 pub mod destination;
 pub mod fd_limit;
+pub mod handshake;
 pub mod lifecycle;
 pub mod listener;
 pub mod manage;

@@ -19,6 +19,12 @@
 //! closes, or after a back-off (10 ms doubling to 1 s) for descriptors freed elsewhere.
 //! Connections keep waiting in the kernel's queue meanwhile; one more line is logged when
 //! accepting resumes.
+//!
+//! A listener with `tls` runs the TLS handshake first (`crate::handshake`, bounded in time
+//! and in how many run at once) and serves the decrypted stream like any other. Its
+//! certificates (`trove_tls::ServerTls`) are watched for changes on disk and read again at
+//! a reload; a new set is used from the next handshake on, and nothing already connected is
+//! touched.
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,9 +36,11 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::client::conn::{self, ConnInfo};
+use crate::client::transport::ClientStream;
 use crate::fd_limit;
 use crate::settings::{Mode, Settings};
 use crate::state::Shared;
+use trove_tls::ServerTls;
 
 /// Most connections taken from the kernel's queue at one wake-up.
 const ACCEPT_BATCH: usize = 64;
@@ -41,6 +49,26 @@ const ACCEPT_WAKE: Duration = Duration::from_millis(250);
 /// The first and the longest wait before accepting again after running out of descriptors.
 const PAUSE_FIRST: Duration = Duration::from_millis(10);
 const PAUSE_MAX: Duration = Duration::from_secs(1);
+/// How often a TLS listener's certificate files are looked at for a renewal.
+pub const CERT_WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// A TLS listener's certificates, swapped by a reload that changes its `tls` settings.
+type TlsSlot = Arc<parking_lot::Mutex<Option<Arc<ServerTls>>>>;
+
+/// The server side for a listener's `tls` settings, watched for renewals.
+fn server_tls(
+    i: usize,
+    l: &crate::settings::ListenerSettings,
+    counters: &Arc<trove_tls::TlsCounters>,
+) -> Result<Option<Arc<ServerTls>>, String> {
+    let Some(settings) = &l.tls else {
+        return Ok(None);
+    };
+    let tls = ServerTls::new(settings, Arc::clone(counters))
+        .map_err(|e| format!("listener[{i}].tls: {e}"))?;
+    tls.watch(CERT_WATCH_EVERY);
+    Ok(Some(tls))
+}
 
 pub use crate::state::Current;
 
@@ -51,6 +79,7 @@ struct AcceptorHandle {
     bound: SocketAddr,
     mode: Arc<AtomicU8>,
     stop: Arc<AtomicBool>,
+    tls: TlsSlot,
 }
 
 /// A started proxy: its bound addresses and shared state.
@@ -61,6 +90,8 @@ pub struct Running {
     current: Arc<Current>,
     acceptors: Vec<AcceptorHandle>,
     runtime: tokio::runtime::Handle,
+    /// TLS handshakes under way, for every TLS listener (`crate::handshake`).
+    handshakes: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a reload did.
@@ -85,13 +116,20 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
     // is only known once bound) before the first request is accepted.
     let mut bound = Vec::new();
     for (i, l) in settings.listeners.iter().enumerate() {
-        bound.push((bind_named(i, l.addr, backlog)?, l.mode, l.addr));
+        bound.push((bind_named(i, l.addr, backlog)?, l.mode, l.addr, i));
     }
     let own: Vec<SocketAddr> = bound
         .iter()
-        .map(|(l, _, _)| l.local_addr())
+        .map(|(l, _, _, _)| l.local_addr())
         .collect::<io::Result<_>>()?;
     let shared = Arc::new(Shared::new(settings, &own)?);
+    let mut tls = Vec::new();
+    for (i, l) in shared.settings.listeners.iter().enumerate() {
+        tls.push(
+            server_tls(i, l, &shared.metrics.tls)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        );
+    }
     let current = Arc::new(Current::default());
     current.set(&shared);
     crate::manage::spawn_sweeper(Arc::clone(&current), std::time::Duration::from_secs(1));
@@ -101,9 +139,10 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
         current,
         acceptors: Vec::new(),
         runtime: tokio::runtime::Handle::current(),
+        handshakes: crate::handshake::permits(),
     };
-    for (listener, mode, configured) in bound {
-        running.spawn_acceptor(listener, mode, configured)?;
+    for (listener, mode, configured, i) in bound {
+        running.spawn_acceptor(listener, mode, configured, tls[i].take())?;
     }
     Ok(running)
 }
@@ -129,6 +168,7 @@ impl Running {
         listener: std::net::TcpListener,
         mode: Mode,
         configured: SocketAddr,
+        tls: Option<Arc<ServerTls>>,
     ) -> io::Result<()> {
         let bound = listener.local_addr()?;
         let handle = AcceptorHandle {
@@ -136,11 +176,14 @@ impl Running {
             bound,
             mode: Arc::new(AtomicU8::new(mode_code(mode))),
             stop: Arc::new(AtomicBool::new(false)),
+            tls: Arc::new(parking_lot::Mutex::new(tls)),
         };
         let acceptor = Acceptor {
             listener,
             mode: Arc::clone(&handle.mode),
             stop: Arc::clone(&handle.stop),
+            tls: Arc::clone(&handle.tls),
+            handshakes: Arc::clone(&self.handshakes),
             current: Arc::clone(&self.current),
             runtime: self.runtime.clone(),
         };
@@ -169,10 +212,26 @@ impl Running {
         let old = &self.shared.settings;
         let backlog = effective_backlog(settings.limits.listen_backlog);
         let mut fresh = Vec::new();
+        // Each listener's certificates: those in use read again when its `tls` settings
+        // are unchanged, new ones made when they changed. All before anything switches.
+        let mut tls: Vec<Option<Arc<ServerTls>>> = Vec::new();
         for (i, l) in settings.listeners.iter().enumerate() {
+            let current = self
+                .acceptors
+                .iter()
+                .find(|a| a.configured == l.addr)
+                .and_then(|a| a.tls.lock().clone());
+            tls.push(match (&l.tls, current) {
+                (Some(wanted), Some(cur)) if cur.settings() == wanted => {
+                    cur.reload()
+                        .map_err(|e| format!("listener[{i}].tls: {e}"))?;
+                    Some(cur)
+                }
+                _ => server_tls(i, l, &self.shared.metrics.tls)?,
+            });
             if !self.acceptors.iter().any(|a| a.configured == l.addr) {
                 let listener = bind_named(i, l.addr, backlog).map_err(|e| e.to_string())?;
-                fresh.push((listener, l.mode, l.addr));
+                fresh.push((listener, l.mode, l.addr, i));
             }
         }
         let mut own: Vec<SocketAddr> = self
@@ -181,7 +240,7 @@ impl Running {
             .filter(|a| settings.listeners.iter().any(|l| l.addr == a.configured))
             .map(|a| a.bound)
             .collect();
-        for (l, _, _) in &fresh {
+        for (l, _, _, _) in &fresh {
             own.push(l.local_addr().map_err(|e| e.to_string())?);
         }
         let mut report = Reloaded::default();
@@ -216,10 +275,11 @@ impl Running {
         self.current.set(&next);
         self.shared = next;
         let wanted = self.shared.settings.listeners.clone();
-        self.acceptors
-            .retain(|a| match wanted.iter().find(|l| l.addr == a.configured) {
-                Some(l) => {
-                    a.mode.store(mode_code(l.mode), Ordering::Relaxed);
+        self.acceptors.retain(
+            |a| match wanted.iter().position(|l| l.addr == a.configured) {
+                Some(i) => {
+                    a.mode.store(mode_code(wanted[i].mode), Ordering::Relaxed);
+                    *a.tls.lock() = tls[i].clone();
                     true
                 }
                 None => {
@@ -227,12 +287,13 @@ impl Running {
                     report.closed.push(a.bound);
                     false
                 }
-            });
-        for (listener, mode, configured) in fresh {
+            },
+        );
+        for (listener, mode, configured, i) in fresh {
             if let Ok(addr) = listener.local_addr() {
                 report.listening.push(addr);
             }
-            self.spawn_acceptor(listener, mode, configured)
+            self.spawn_acceptor(listener, mode, configured, tls[i].take())
                 .map_err(|e| e.to_string())?;
         }
         self.refresh_addrs();
@@ -323,6 +384,9 @@ struct Acceptor {
     listener: std::net::TcpListener,
     /// A reload may change it ([`mode_code`]).
     mode: Arc<AtomicU8>,
+    /// The certificates of a TLS listener (a reload may change them).
+    tls: TlsSlot,
+    handshakes: Arc<tokio::sync::Semaphore>,
     /// Set when a reload removed this listener or the proxy is stopping: the thread ends and
     /// the socket closes.
     stop: Arc<AtomicBool>,
@@ -451,6 +515,8 @@ impl Acceptor {
             return;
         }
         let mode = mode_of(self.mode.load(Ordering::Relaxed));
+        let tls = self.tls.lock().clone();
+        let handshakes = Arc::clone(&self.handshakes);
         // On a runtime that has shut down the task is dropped unpolled, closing them.
         self.runtime.spawn(async move {
             for (stream, peer) in admitted {
@@ -461,10 +527,24 @@ impl Acceptor {
                     peer,
                     mode,
                     allowed: shared.acl.allows(peer.ip()),
+                    tls: tls.is_some(),
                 };
                 let shared = Arc::clone(&shared);
+                let tls = tls.clone();
+                let handshakes = Arc::clone(&handshakes);
                 tokio::spawn(async move {
-                    conn::serve(stream, info, Arc::clone(&shared)).await;
+                    let stream = match &tls {
+                        None => Some(ClientStream::Plain(stream)),
+                        Some(tls) => {
+                            // Counted open while it shakes hands, so the limit holds.
+                            let _open = conn::OpenGuard::new(Arc::clone(&shared.metrics));
+                            let timeout = shared.settings.timeouts.client_head;
+                            crate::handshake::accept(tls, stream, &handshakes, timeout).await
+                        }
+                    };
+                    if let Some(stream) = stream {
+                        conn::serve(stream, info, Arc::clone(&shared)).await;
+                    }
                     shared.freed.notify();
                 });
             }

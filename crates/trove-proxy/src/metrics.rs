@@ -73,6 +73,18 @@ pub mod names {
     /// `stale-while-revalidate`, `stale-if-error`, `disconnected` (the origin could not be
     /// reached, within `[cache] max_stale`).
     pub const STALE_SERVED: &str = "trove_stale_served_total";
+    /// TLS connections opened to origins, by `handshake` (`full`, `resumed`).
+    pub const ORIGIN_TLS_CONNECTIONS: &str = "trove_origin_tls_connections_total";
+    /// Origin requests sent on a pooled TLS connection (a part of
+    /// `trove_origin_connections_reused_total`).
+    pub const ORIGIN_TLS_REUSED: &str = "trove_origin_tls_connections_reused_total";
+    /// TLS handshakes completed on the listeners, by `handshake` (`full`, `resumed`).
+    pub const TLS_HANDSHAKES: &str = "trove_tls_handshakes_total";
+    /// TLS handshakes failed on the listeners, by `reason` (`trove_tls::TlsFailure`).
+    pub const TLS_HANDSHAKE_FAILURES: &str = "trove_tls_handshake_failures_total";
+    /// Listener certificate sets read again (reload or renewal on disk), by `result`
+    /// (`loaded`, `refused`: the old ones kept).
+    pub const TLS_CERTIFICATE_RELOADS: &str = "trove_tls_certificate_reloads_total";
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
@@ -405,6 +417,13 @@ pub struct Metrics {
     pub origin_open: AtomicI64,
     pub origin_opened: AtomicU64,
     pub origin_reused: AtomicU64,
+    /// TLS connections to origins: full handshakes, resumed ones, requests on pooled ones.
+    pub origin_tls_full: AtomicU64,
+    pub origin_tls_resumed: AtomicU64,
+    pub origin_tls_reused: AtomicU64,
+    /// The TLS listeners' handshakes and certificate reloads (shared with each
+    /// `trove_tls::ServerTls`).
+    pub tls: Arc<trove_tls::TlsCounters>,
     pub origin_requests: AtomicU64,
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
@@ -635,6 +654,78 @@ impl Metrics {
                 "{}{{status=\"{c}\"}} {}",
                 names::API_REQUESTS,
                 g(&self.api_requests[i])
+            );
+        }
+    }
+
+    /// The TLS counters, both sides.
+    fn render_tls(&self, out: &mut String) {
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let family = |out: &mut String, name: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        };
+        family(
+            out,
+            names::ORIGIN_TLS_CONNECTIONS,
+            "TLS connections opened to origins, by handshake kind.",
+        );
+        for (kind, c) in [
+            ("full", &self.origin_tls_full),
+            ("resumed", &self.origin_tls_resumed),
+        ] {
+            let _ = writeln!(
+                out,
+                "{}{{handshake=\"{kind}\"}} {}",
+                names::ORIGIN_TLS_CONNECTIONS,
+                g(c)
+            );
+        }
+        family(
+            out,
+            names::ORIGIN_TLS_REUSED,
+            "Origin requests sent on a pooled TLS connection.",
+        );
+        let _ = writeln!(
+            out,
+            "{} {}",
+            names::ORIGIN_TLS_REUSED,
+            g(&self.origin_tls_reused)
+        );
+        let t = &self.tls;
+        let full = g(&t.handshakes).saturating_sub(g(&t.resumed));
+        family(
+            out,
+            names::TLS_HANDSHAKES,
+            "TLS handshakes completed on the listeners, by kind.",
+        );
+        for (kind, v) in [("full", full), ("resumed", g(&t.resumed))] {
+            let _ = writeln!(out, "{}{{handshake=\"{kind}\"}} {v}", names::TLS_HANDSHAKES);
+        }
+        family(
+            out,
+            names::TLS_HANDSHAKE_FAILURES,
+            "TLS handshakes failed on the listeners, by reason.",
+        );
+        for f in trove_tls::TlsFailure::ALL {
+            let _ = writeln!(
+                out,
+                "{}{{reason=\"{}\"}} {}",
+                names::TLS_HANDSHAKE_FAILURES,
+                f.as_str(),
+                g(&t.failures[f.index()])
+            );
+        }
+        family(
+            out,
+            names::TLS_CERTIFICATE_RELOADS,
+            "Listener certificates read again (reload, renewal on disk), by result.",
+        );
+        for (result, c) in [("loaded", &t.reloads), ("refused", &t.reload_failures)] {
+            let _ = writeln!(
+                out,
+                "{}{{result=\"{result}\"}} {}",
+                names::TLS_CERTIFICATE_RELOADS,
+                g(c)
             );
         }
     }
@@ -886,6 +977,7 @@ impl Metrics {
             let n = g(&self.stale_served[why as usize]);
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
+        self.render_tls(&mut out);
         out
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
+pub use trove_tls::{CertFiles, ListenerTlsSettings, OriginTlsSettings};
 
 /// Whether a listener is a forward proxy (clients send absolute URIs for any origin) or a
 /// reverse proxy (requests go to the configured `[[origin]]` routes).
@@ -32,6 +33,9 @@ impl Mode {
 pub struct ListenerSettings {
     pub addr: SocketAddr,
     pub mode: Mode,
+    /// Terminate TLS on this listener with these certificates (`tls = { cert, key }`).
+    #[serde(default)]
+    pub tls: Option<trove_tls::ListenerTlsSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -502,8 +506,13 @@ pub struct OriginRoute {
     pub host: String,
     #[serde(default = "slash")]
     pub path_prefix: String,
-    /// `http://host:port` URLs, tried in turn (round robin, failing over on connect errors).
+    /// `http://host:port` or `https://host:port` URLs, tried in turn (round robin, failing
+    /// over on connect errors).
     pub upstreams: Vec<String>,
+    /// How TLS is spoken to this route's `https` upstreams; default: verified against the
+    /// system's trust store, SNI from the upstream's host.
+    #[serde(default)]
+    pub tls: Option<trove_tls::OriginTlsSettings>,
 }
 
 fn slash() -> String {
@@ -594,6 +603,7 @@ impl Default for Settings {
             listeners: vec![ListenerSettings {
                 addr: "127.0.0.1:3128".parse().expect("static"),
                 mode: Mode::Forward,
+                tls: None,
             }],
             access: AccessSettings::default(),
             cache: CacheSettings::default(),
@@ -628,6 +638,13 @@ impl Settings {
         let mut p = Vec::new();
         if self.listeners.is_empty() {
             p.push("listener: at least one listener is needed".into());
+        }
+        for (i, l) in self.listeners.iter().enumerate() {
+            if let Some(tls) = &l.tls {
+                for e in tls.problems() {
+                    p.push(format!("listener[{i}].tls: {e}"));
+                }
+            }
         }
         for (i, n) in self.named_caches.iter().enumerate() {
             if n.name.is_empty() || n.name.len() > 128 {
@@ -673,9 +690,21 @@ impl Settings {
                     Err(e) => p.push(format!("origin[{i}].host: {:?}: {e}", r.host)),
                 }
             }
+            let mut https = false;
             for u in &r.upstreams {
-                if let Err(e) = crate::upstream::Upstream::parse(u) {
-                    p.push(format!("origin[{i}].upstreams: {u:?}: {e}"));
+                match crate::upstream::Upstream::parse(u) {
+                    Ok((_, scheme)) => https |= scheme == crate::upstream::UpstreamScheme::Https,
+                    Err(e) => p.push(format!("origin[{i}].upstreams: {u:?}: {e}")),
+                }
+            }
+            if let Some(tls) = &r.tls {
+                if !https {
+                    p.push(format!(
+                        "origin[{i}].tls: applies to https:// upstreams, and this route has none"
+                    ));
+                }
+                for e in tls.problems() {
+                    p.push(format!("origin[{i}].tls: {e}"));
                 }
             }
         }

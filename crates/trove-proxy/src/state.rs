@@ -35,6 +35,9 @@ pub struct Shared {
     /// Names to addresses, cached, for every connection trove makes to a name.
     pub resolver: Resolver,
     pub routes: Routes,
+    /// How forward-proxy `https://` requests speak TLS: verified against the system's trust
+    /// store. Made at the first such request, and kept by every generation.
+    pub forward_tls: Arc<std::sync::OnceLock<Option<Arc<trove_tls::OriginConnector>>>>,
     /// The store, behind the storage interface the cache core is written against.
     pub store: Arc<dyn Storage>,
     pub pool: Arc<Pool>,
@@ -270,6 +273,7 @@ impl Shared {
             destinations,
             resolver,
             routes: Routes::new(&settings.origins),
+            forward_tls: prev.map_or_else(Arc::default, |p| Arc::clone(&p.forward_tls)),
             origin_slots,
             settings,
             store,
@@ -295,6 +299,22 @@ impl Shared {
             disk,
             disk_unavailable,
         })
+    }
+
+    /// The connector for forward-proxy `https://` requests (`None` if TLS could not be set
+    /// up at all, which the first such request logs).
+    pub fn forward_tls(&self) -> Option<Arc<trove_tls::OriginConnector>> {
+        self.forward_tls
+            .get_or_init(
+                || match trove_tls::OriginConnector::new(&Default::default()) {
+                    Ok(c) => Some(Arc::new(c)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "TLS to origins unavailable");
+                        None
+                    }
+                },
+            )
+            .clone()
     }
 
     /// The newest generation if a reload made one after this (see [`crate::lifecycle`]).

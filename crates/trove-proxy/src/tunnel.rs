@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::client::body::ReadSide;
+use crate::client::transport::{ClientRead, ClientWrite};
 use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Refusal};
 use crate::resolver::Resolver;
 
@@ -42,8 +42,8 @@ pub struct TunnelRules<'a> {
 /// Opens the tunnel to `host:port` for a client of `class` and runs it to the end. `rs`
 /// may hold bytes the client sent after the CONNECT head; they go to the server first.
 pub async fn run(
-    rs: ReadSide<OwnedReadHalf>,
-    mut wr: OwnedWriteHalf,
+    rs: ReadSide<ClientRead>,
+    mut wr: ClientWrite,
     host: &str,
     port: u16,
     class: ClientClass,
@@ -118,7 +118,7 @@ pub async fn run(
         return refuse(StatusCode::OK);
     }
     let ReadSide { io: rd, buf } = rs;
-    let Ok(client) = rd.reunite(wr) else {
+    let Some(client) = rd.reunite(wr) else {
         return refuse(StatusCode::OK);
     };
     let mut server = server;

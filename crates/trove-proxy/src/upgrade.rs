@@ -128,7 +128,7 @@ async fn exchange(
         &head.headers,
         host,
         info.mode,
-        info.peer.ip(),
+        crate::cache::headers::Client::of(info),
         Conditionals::Keep,
         None,
     );

@@ -3,41 +3,77 @@
 use std::sync::Arc;
 
 use http::Uri;
+use trove_tls::OriginConnector;
 
-/// One origin server address (`http` only for now).
+/// One origin server address, and for an `https` one how TLS is spoken to it. Two upstreams
+/// are the same (and share pooled connections) only with the same TLS settings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Upstream {
     pub host: String,
     pub port: u16,
+    /// `Some` for an `https` upstream.
+    pub tls: Option<Arc<OriginConnector>>,
+}
+
+/// Whether an upstream URL is `http` or `https`, before its TLS settings are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamScheme {
+    Http,
+    Https,
 }
 
 impl Upstream {
-    /// Parses `http://host[:port][/]`.
-    pub fn parse(url: &str) -> Result<Upstream, String> {
-        let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err("https upstreams are not supported yet".into()),
-            _ => return Err("scheme must be http".into()),
+    /// A cleartext upstream.
+    pub fn http(host: impl Into<String>, port: u16) -> Upstream {
+        Upstream {
+            host: host.into(),
+            port,
+            tls: None,
         }
+    }
+
+    /// Parses `http://host[:port][/]` or `https://host[:port][/]`; an `https` one still
+    /// needs its connector ([`Upstream::tls`]) before it is used.
+    pub fn parse(url: &str) -> Result<(Upstream, UpstreamScheme), String> {
+        let uri: Uri = url.parse().map_err(|_| "not a URL".to_string())?;
+        let (scheme, default_port) = match uri.scheme_str() {
+            Some("http") => (UpstreamScheme::Http, 80),
+            Some("https") => (UpstreamScheme::Https, 443),
+            _ => return Err("scheme must be http or https".into()),
+        };
         let host = uri.host().ok_or("no host")?.to_ascii_lowercase();
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .map(str::to_string)
+            .unwrap_or(host);
         if uri.path() != "/" && !uri.path().is_empty() {
             return Err("upstream URLs may not carry a path".into());
         }
-        Ok(Upstream {
-            host,
-            port: uri.port_u16().unwrap_or(80),
-        })
+        Ok((
+            Upstream {
+                host,
+                port: uri.port_u16().unwrap_or(default_port),
+                tls: None,
+            },
+            scheme,
+        ))
     }
 
-    /// `host:port` for `Host` headers and logs (port omitted when 80).
+    /// Whether connections to it speak TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// `host:port` for `Host` headers and logs (port omitted when the scheme's default).
     pub fn authority(&self) -> String {
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
         } else {
             self.host.clone()
         };
-        if self.port == 80 {
+        let default = if self.is_tls() { 443 } else { 80 };
+        if self.port == default {
             host
         } else {
             format!("{host}:{}", self.port)

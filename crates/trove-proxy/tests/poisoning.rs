@@ -38,16 +38,19 @@ async fn setup() -> Setup {
                 host: "victim.example".into(),
                 path_prefix: "/".into(),
                 upstreams: vec![format!("http://{aa}")],
+                tls: None,
             },
             OriginRoute {
                 host: "victim.example".into(),
                 path_prefix: "/api".into(),
                 upstreams: vec![format!("http://{ba}")],
+                tls: None,
             },
             OriginRoute {
                 host: "*".into(),
                 path_prefix: "/".into(),
                 upstreams: vec![format!("http://{ba}")],
+                tls: None,
             },
         ];
     })

@@ -75,6 +75,8 @@ pub struct ListenerEntry {
     #[serde(alias = "addr")]
     pub listen: Option<String>,
     pub mode: Option<Mode>,
+    /// `tls = { cert = "…", key = "…", sni = [{ cert = "…", key = "…" }] }`: terminate TLS.
+    pub tls: Option<trove_proxy::settings::ListenerTlsSettings>,
 }
 
 /// An `[[origin]]` entry as written (see [`ListenerEntry`]).
@@ -84,6 +86,9 @@ pub struct OriginEntry {
     pub host: Option<String>,
     pub path_prefix: Option<String>,
     pub upstreams: Option<Vec<String>>,
+    /// `tls = { ca_file = "…", server_name = "…", client_cert = "…", client_key = "…" }`
+    /// for the route's `https://` upstreams.
+    pub tls: Option<trove_proxy::settings::OriginTlsSettings>,
 }
 
 /// A `[[named_cache]]` entry as written (see [`ListenerEntry`]).
@@ -232,7 +237,11 @@ impl Config {
                 None => None,
             };
             match (addr, l.mode) {
-                (Some(addr), Some(mode)) => config.listener.push(ListenerSettings { addr, mode }),
+                (Some(addr), Some(mode)) => config.listener.push(ListenerSettings {
+                    addr,
+                    mode,
+                    tls: l.tls.clone(),
+                }),
                 _ => {
                     // A key written with a bad value is reported already, as such.
                     if l.listen.is_none()
@@ -265,6 +274,7 @@ impl Config {
                 host: o.host.unwrap_or_else(|| "*".into()),
                 path_prefix: o.path_prefix.unwrap_or_else(|| "/".into()),
                 upstreams: o.upstreams.unwrap_or_default(),
+                tls: o.tls,
             });
         }
         // What types can't say; a route left incomplete above is already reported.
@@ -715,10 +725,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("origin"), "{e}");
-        let e = Config::parse("[[origin]]\nhost = \"*\"\nupstreams = [\"https://x\"]\n")
+        let e = Config::parse("[[origin]]\nhost = \"*\"\nupstreams = [\"ftp://x\"]\n")
             .unwrap_err()
             .to_string();
         assert!(e.contains("upstreams"), "{e}");
+    }
+
+    /// TLS settings are read, and what cannot be used is named by key and file.
+    #[test]
+    fn tls_settings_are_read_and_checked() {
+        let c = Config::parse(
+            "[[origin]]\nhost = \"*\"\nupstreams = [\"https://x\"]\ntls = { server_name = \"x.example\" }\n",
+        )
+        .unwrap();
+        let tls = c.origin[0].tls.as_ref().unwrap();
+        assert_eq!(tls.server_name.as_deref(), Some("x.example"));
+        let e = Config::parse(
+            "[[origin]]\nhost = \"*\"\nupstreams = [\"https://x\"]\ntls = { ca_file = \"/nonexistent/ca.pem\" }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("origin[0].tls") && e.contains("/nonexistent/ca.pem"),
+            "{e}"
+        );
+        let e = Config::parse(
+            "[[origin]]\nhost = \"*\"\nupstreams = [\"http://x\"]\ntls = { insecure_skip_verify = true }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("applies to https"), "{e}");
+        let e = Config::parse(
+            "[[listener]]\nlisten = \"127.0.0.1:8443\"\nmode = \"forward\"\ntls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/k.pem\" }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("listener[0].tls") && e.contains("/nonexistent/c.pem"),
+            "{e}"
+        );
     }
 
     #[test]

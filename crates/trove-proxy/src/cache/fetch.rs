@@ -49,7 +49,7 @@ pub struct Outgoing<'a> {
     pub req: &'a RequestHead,
     pub target: &'a Target,
     pub mode: Mode,
-    pub client_ip: std::net::IpAddr,
+    pub client: super::headers::Client,
     /// Whom the origin connection is for (the destination guard's view of the client).
     pub reach: &'a Reach,
     pub conditionals: Conditionals,
@@ -70,7 +70,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
         &out.req.headers,
         host,
         out.mode,
-        out.client_ip,
+        out.client,
         out.conditionals,
         out.extra,
     );

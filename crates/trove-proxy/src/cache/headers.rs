@@ -1,6 +1,7 @@
 //! Connection-level header fields on the way to the origin and on the way back
 //! (RFC 9110 §7.6): what only a proxy on the network adds (`Via`, `Host`,
-//! `X-Forwarded-For`) around the fields the cache core chose.
+//! `X-Forwarded-For`, `X-Forwarded-Proto`, `Forwarded`) around the fields the cache core
+//! chose.
 
 use std::net::IpAddr;
 
@@ -9,15 +10,51 @@ use http::{HeaderMap, HeaderValue};
 use trove_cache::Conditionals;
 use trove_http::connection::strip_connection_fields;
 
+use crate::client::info::ConnInfo;
 use crate::settings::Mode;
 
-/// The header fields to send to the origin for a client request.
+/// How the client reached trove: the scheme it spoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Http,
+    Https,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Http => "http",
+            Proto::Https => "https",
+        }
+    }
+}
+
+/// The client as the origin is told about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client {
+    pub ip: IpAddr,
+    pub proto: Proto,
+}
+
+impl Client {
+    pub fn of(info: ConnInfo) -> Client {
+        Client {
+            ip: info.peer.ip(),
+            proto: if info.tls { Proto::Https } else { Proto::Http },
+        }
+    }
+}
+
+/// The header fields to send to the origin for a client request. A reverse proxy tells the
+/// origin who asked (`X-Forwarded-For`, appended) and over what (`X-Forwarded-Proto`, set:
+/// a client's own value says nothing about its hop to trove), and both in RFC 7239's
+/// `Forwarded`, appended.
 pub fn to_origin(
     via: &HeaderValue,
     client_headers: &HeaderMap,
     host: HeaderValue,
     mode: Mode,
-    client_ip: IpAddr,
+    from: Client,
     conditionals: Conditionals,
     extra: Option<&HeaderMap>,
 ) -> HeaderMap {
@@ -30,8 +67,19 @@ pub fn to_origin(
     h.insert(header::HOST, host);
     h.append(header::VIA, via.clone());
     if mode == Mode::Reverse {
-        if let Ok(v) = HeaderValue::from_str(&client_ip.to_string()) {
+        if let Ok(v) = HeaderValue::from_str(&from.ip.to_string()) {
             h.append(HeaderName::from_static("x-forwarded-for"), v);
+        }
+        h.insert(
+            HeaderName::from_static("x-forwarded-proto"),
+            HeaderValue::from_static(from.proto.as_str()),
+        );
+        let node = match from.ip {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("\"[{a}]\""),
+        };
+        if let Ok(v) = HeaderValue::from_str(&format!("for={node};proto={}", from.proto.as_str())) {
+            h.append(header::FORWARDED, v);
         }
     }
     h

@@ -20,7 +20,6 @@ pub(crate) mod headers;
 mod range;
 pub mod target;
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -53,6 +52,7 @@ use crate::state::Shared;
 use crate::upstream::Chooser;
 use collapse::{Collapsed, Leader, Role};
 use fetch::{Outgoing, Retry};
+use headers::Client;
 use target::Target;
 
 /// The URL to print in the access log for a request refused before its target was resolved
@@ -82,7 +82,7 @@ struct Ctx<'a> {
     req: &'a RequestHead,
     target: &'a Target,
     mode: Mode,
-    client_ip: IpAddr,
+    client: Client,
     /// The client as the destination guard sees it.
     reach: Reach,
     /// Where interim responses to this client's own origin requests go.
@@ -120,7 +120,7 @@ impl Ctx<'_> {
                 req: self.req,
                 target: self.target,
                 mode: self.mode,
-                client_ip: self.client_ip,
+                client: self.client,
                 reach: &self.reach,
                 conditionals,
                 extra,
@@ -182,8 +182,8 @@ pub async fn handle<R: AsyncRead + Unpin>(
         BodyState::Present
     };
     let entry = decide::entry(&req.method, body_state);
-    let client_ip = info.peer.ip();
-    let class = shared.destinations.class(client_ip);
+    let client = Client::of(info);
+    let class = shared.destinations.class(client.ip);
     // Anything that may reach the origin, a stored copy of it included, is checked first.
     // PURGE reaches nothing (its own ACL governs it).
     let checked = match entry {
@@ -198,7 +198,7 @@ pub async fn handle<R: AsyncRead + Unpin>(
         req,
         target,
         mode: info.mode,
-        client_ip,
+        client,
         reach: Reach { class, checked },
         interim,
     };
@@ -453,7 +453,7 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
     let shared = Arc::clone(cx.shared);
     let target = cx.target.clone();
     let req = bodyless_get(cx.req);
-    let (mode, client_ip) = (cx.mode, cx.client_ip);
+    let (mode, client) = (cx.mode, cx.client);
     let reach = cx.reach.clone();
     let resume: Resume = Box::new(move |from, end| {
         Box::pin(async move {
@@ -462,7 +462,7 @@ fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
                 req: &req,
                 target: &target,
                 mode,
-                client_ip,
+                client,
                 reach: &reach,
                 conditionals: Conditionals::Strip,
                 extra: Some(&extra),
@@ -918,7 +918,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     let obj = Arc::clone(obj);
     let req = bodyless_get(cx.req);
     let mode = cx.mode;
-    let client_ip = cx.client_ip;
+    let client = cx.client;
     let reach = cx.reach.clone();
     let target = cx.target.clone();
     tokio::spawn(async move {
@@ -931,7 +931,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
                 req: &req,
                 target: &target,
                 mode,
-                client_ip,
+                client,
                 reach: &reach,
                 conditionals: Conditionals::Strip,
                 extra: Some(&cond),
@@ -1052,7 +1052,7 @@ async fn pass<R: AsyncRead + Unpin>(cx: &Ctx<'_>, body: &mut RequestBody<'_, R>)
             req: cx.req,
             target: cx.target,
             mode: cx.mode,
-            client_ip: cx.client_ip,
+            client: cx.client,
             reach: &cx.reach,
             conditionals: Conditionals::Keep,
             extra: None,
@@ -1198,7 +1198,7 @@ pub mod purge_fields {
 async fn purge(cx: &Ctx<'_>) -> Reply {
     use crate::manage;
     use purge_fields as pf;
-    if !cx.shared.purge_acl.allows(cx.client_ip) {
+    if !cx.shared.purge_acl.allows(cx.client.ip) {
         return Reply::simple(
             StatusCode::FORBIDDEN,
             Outcome::Denied,

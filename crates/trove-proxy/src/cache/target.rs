@@ -69,9 +69,24 @@ pub fn resolve(shared: &Shared, req: &RequestHead, mode: Mode) -> Result<Target,
                 "this port may not be reached through the proxy ([access] safe_ports)",
             ));
         }
+        let tls = if url.is_https() {
+            match shared.forward_tls() {
+                Some(c) => Some(c),
+                None => {
+                    return Err(refuse(
+                        StatusCode::BAD_GATEWAY,
+                        Outcome::None,
+                        "TLS to origins is unavailable on this proxy (see its log)",
+                    ))
+                }
+            }
+        } else {
+            None
+        };
         let upstream = Upstream {
             host: url.connect_host().to_string(),
             port: url.port(),
+            tls,
         };
         return Ok(Target {
             url,

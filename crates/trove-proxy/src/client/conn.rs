@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use http::{Method, StatusCode, Version};
-use tokio::net::TcpStream;
 
 use crate::access_log::LogRecord;
 use crate::client::body::{BodyLimits, ReadSide, RequestBody};
 use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
+use crate::client::transport::{ClientRead, ClientStream, ClientWrite};
 use crate::client::write::ClientWriter;
 use crate::origin::{Forwarded, InterimSlot};
 use crate::reply::Reply;
@@ -37,7 +37,7 @@ enum HeadRead {
     Bad(HeadError),
 }
 
-async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &Shared) -> HeadRead {
+async fn read_head(rs: &mut ReadSide<ClientRead>, shared: &Shared) -> HeadRead {
     let limits = HeadLimits {
         max_head_bytes: shared.settings.limits.max_head_bytes,
         max_headers: shared.settings.limits.max_headers,
@@ -98,13 +98,12 @@ async fn read_head(rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>, shared: &S
 }
 
 /// Serves one connection to the end.
-pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared>) {
+pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Shared>) {
     // The same metrics in every generation (see `crate::lifecycle`).
     let metrics = Arc::clone(&shared.metrics);
     metrics.client_accepted.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard::new(Arc::clone(&shared.metrics));
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+    let (rd, wr) = stream.split();
     let mut rs = ReadSide::new(rd);
     let mut w = ClientWriter::new(wr, shared.settings.timeouts.client_write);
     let mut served = 0u64;
@@ -286,8 +285,11 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
         .await;
         let sent = w.sent - before;
         let (url_host, url) = match &target {
-            Some(t) => ("", std::borrow::Cow::Borrowed(t.key())),
-            None => crate::cache::log_url(&head, info.mode),
+            Some(t) => ("", logged_url(info, std::borrow::Cow::Borrowed(t.key()))),
+            None => {
+                let (h, u) = crate::cache::log_url(&head, info.mode);
+                (h, logged_url(info, u))
+            }
         };
         let elapsed = start.elapsed();
         // Squid's `…_ABORTED`: the client went away mid-body or mid-response. One gone
@@ -331,6 +333,16 @@ pub async fn serve(stream: TcpStream, mut info: ConnInfo, mut shared: Arc<Shared
     }
 }
 
+/// The URL as the access log shows it: with the scheme the client used, so a request that
+/// came over TLS is logged `https://…` (as Squid logs its `https_port`), while the cache key
+/// stays the one both schemes of a reverse-proxied site share.
+fn logged_url(info: ConnInfo, url: std::borrow::Cow<'_, str>) -> std::borrow::Cow<'_, str> {
+    match url.strip_prefix("http://") {
+        Some(rest) if info.tls => std::borrow::Cow::Owned(format!("https://{rest}")),
+        _ => url,
+    }
+}
+
 /// When a request began, for its log line.
 struct Began {
     wall: SystemTime,
@@ -342,8 +354,8 @@ struct Began {
 #[allow(clippy::too_many_arguments)]
 async fn upgraded(
     sw: upgrade::Switched,
-    rs: ReadSide<tokio::net::tcp::OwnedReadHalf>,
-    mut w: ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+    rs: ReadSide<ClientRead>,
+    mut w: ClientWriter<ClientWrite>,
     shared: &Shared,
     info: ConnInfo,
     head: &RequestHead,
@@ -361,7 +373,7 @@ async fn upgraded(
     let head_bytes = w.sent;
     let ClientWriter { io: wr, .. } = w;
     let ReadSide { io: rd, buf } = rs;
-    let Ok(client) = rd.reunite(wr) else { return };
+    let Some(client) = rd.reunite(wr) else { return };
     let mut origin = io;
     // Bytes the client sent after its request head belong to the new protocol.
     if !buf.is_empty() && origin.write_all(&buf).await.is_err() {
@@ -379,7 +391,7 @@ async fn upgraded(
         bytes,
         method: head.method.as_str(),
         url_host: "",
-        url: target.key(),
+        url: &logged_url(info, std::borrow::Cow::Borrowed(target.key())),
         peer: Some(&peer),
         content_type: "-",
         aborted: false,
@@ -394,7 +406,7 @@ async fn upgraded(
 async fn forward_interim(
     reply: impl std::future::Future<Output = Reply>,
     interim: &InterimSlot,
-    w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
+    w: &mut ClientWriter<ClientWrite>,
 ) -> Reply {
     let mut reply = std::pin::pin!(reply);
     let mut open = true;
@@ -418,10 +430,7 @@ async fn forward_interim(
 /// Closes after an error response without losing it: a close with unread bytes in the
 /// socket sends a reset, which can destroy the response before the client reads it. So stop
 /// sending, then read and discard what the client still sends, briefly and boundedly.
-async fn lingering_close(
-    rs: &mut ReadSide<tokio::net::tcp::OwnedReadHalf>,
-    w: &mut ClientWriter<tokio::net::tcp::OwnedWriteHalf>,
-) {
+async fn lingering_close(rs: &mut ReadSide<ClientRead>, w: &mut ClientWriter<ClientWrite>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = w.io.shutdown().await;
     let mut sink = vec![0u8; 4096];
@@ -437,10 +446,10 @@ async fn lingering_close(
 
 /// Counts a connection open for exactly as long as its task lives, however it ends (even by
 /// a panic), so the connection limit can't leak.
-struct OpenGuard(Arc<crate::metrics::Metrics>);
+pub(crate) struct OpenGuard(Arc<crate::metrics::Metrics>);
 
 impl OpenGuard {
-    fn new(metrics: Arc<crate::metrics::Metrics>) -> OpenGuard {
+    pub(crate) fn new(metrics: Arc<crate::metrics::Metrics>) -> OpenGuard {
         metrics.client_open.fetch_add(1, Ordering::Relaxed);
         OpenGuard(metrics)
     }
@@ -473,8 +482,9 @@ mod tests {
             peer: a,
             mode: crate::settings::Mode::Forward,
             allowed: true,
+            tls: false,
         };
-        let f = super::serve(s, info, shared);
+        let f = super::serve(super::ClientStream::Plain(s), info, shared);
         assert!(
             std::mem::size_of_val(&f) <= 2048,
             "{} bytes",

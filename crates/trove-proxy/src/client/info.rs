@@ -11,4 +11,7 @@ pub struct ConnInfo {
     pub mode: Mode,
     /// False when the client is outside the ACL: every request is answered 403.
     pub allowed: bool,
+    /// The connection came over TLS (a listener with `tls`): logged as `https://`, and told
+    /// to origins in `X-Forwarded-Proto` and `Forwarded`.
+    pub tls: bool,
 }

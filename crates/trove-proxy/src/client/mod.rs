@@ -12,4 +12,5 @@ pub mod conn;
 pub mod head;
 pub mod info;
 pub mod respond;
+pub mod transport;
 pub mod write;

@@ -32,6 +32,9 @@ pub enum OriginError {
     Closed,
     #[error("origin sent an invalid response: {0}")]
     Protocol(&'static str),
+    /// The TLS handshake with an `https` origin failed; the reason is counted on its own.
+    #[error("{0}")]
+    Tls(trove_tls::HandshakeError),
 }
 
 impl OriginError {
@@ -56,16 +59,39 @@ impl OriginError {
             OriginError::ResponseTimeout | OriginError::BodyTimeout => OriginFailure::Timeout,
             OriginError::Closed => OriginFailure::ConnectionClosed,
             OriginError::Protocol(_) => OriginFailure::ProtocolError,
+            OriginError::Tls(h) if h.reason.is_certificate() => OriginFailure::TlsCertificate,
+            OriginError::Tls(_) => OriginFailure::TlsProtocol,
         }
     }
 
     pub(crate) fn from_hyper(e: hyper::Error) -> OriginError {
         if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
             OriginError::Protocol("malformed response head")
+        } else if let Some(tls) = tls_cause(&e) {
+            // TLS 1.3 finishes the client's handshake before the server has judged the
+            // client's certificate: its refusal arrives as the first read's error.
+            OriginError::Tls(tls)
         } else {
             OriginError::Closed
         }
     }
+}
+
+/// The TLS error under a hyper error, if the connection failed for one.
+fn tls_cause(e: &hyper::Error) -> Option<trove_tls::HandshakeError> {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io
+                .get_ref()
+                .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+            {
+                return Some(trove_tls::HandshakeError::from_io(io));
+            }
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// An origin error and the upstream it came from (`None` when no upstream was tried: the

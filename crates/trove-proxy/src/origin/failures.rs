@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use trove_cache::OriginFailure;
+use trove_tls::TlsFailure;
 
 use super::error::OriginError;
 use crate::upstream::Upstream;
@@ -21,7 +22,7 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Most upstreams counted by name.
 pub const MAX_UPSTREAMS: usize = 1024;
 
-/// The reasons counted, in a fixed order.
+/// The reasons counted, in a fixed order: the core's, then a TLS handshake's.
 const REASONS: [OriginFailure; 8] = [
     OriginFailure::DnsError,
     OriginFailure::DnsTimeout,
@@ -35,8 +36,29 @@ const REASONS: [OriginFailure; 8] = [
     OriginFailure::Overloaded(trove_cache::ShedReason::QueueWait),
 ];
 
+/// Counted reasons: the core's, then each TLS handshake failure by its own name.
+const COUNTED: usize = REASONS.len() + TlsFailure::ALL.len();
+
+fn reason_name(i: usize) -> &'static str {
+    match i.checked_sub(REASONS.len()) {
+        Some(t) => TlsFailure::ALL[t].as_str(),
+        None => REASONS[i].as_str(),
+    }
+}
+
+/// Where a failure is counted: a TLS handshake's by its precise reason (`tls-expired`,
+/// `tls-unknown-issuer`, ...), anything else by the core's name for it.
+fn error_index(e: &OriginError) -> usize {
+    match e {
+        OriginError::Tls(h) => REASONS.len() + h.reason.index(),
+        _ => reason_index(e.failure()),
+    }
+}
+
 fn reason_index(f: OriginFailure) -> usize {
     match f {
+        // Counted by `error_index` under their precise reasons; these slots stay empty.
+        OriginFailure::TlsCertificate | OriginFailure::TlsProtocol => 6,
         OriginFailure::DnsError => 0,
         OriginFailure::DnsTimeout => 1,
         OriginFailure::ConnectionRefused => 2,
@@ -50,11 +72,12 @@ fn reason_index(f: OriginFailure) -> usize {
 
 #[derive(Debug, Default)]
 struct Entry {
-    counts: [u64; REASONS.len()],
+    counts: [u64; COUNTED],
     last_logged: Option<Instant>,
     unlogged: u64,
     last_ok: Option<Instant>,
-    last_failure: Option<(Instant, OriginFailure)>,
+    /// When, and the counted reason's index.
+    last_failure: Option<(Instant, usize)>,
 }
 
 /// Failures by upstream.
@@ -95,10 +118,7 @@ fn name(u: &Upstream) -> String {
 }
 
 fn other() -> Upstream {
-    Upstream {
-        host: "other".into(),
-        port: 0,
-    }
+    Upstream::http("other", 0)
 }
 
 impl UpstreamFailures {
@@ -123,12 +143,13 @@ impl UpstreamFailures {
     /// Counts a failure of `upstream`, and says so on standard error unless it did within
     /// [`LOG_EVERY`].
     pub fn record(&self, upstream: &Upstream, error: &OriginError) {
-        let reason = error.failure();
+        let index = error_index(error);
+        let reason = reason_name(index);
         let now = Instant::now();
         let mut table = self.table.lock();
         let entry = Self::entry(&mut table, upstream);
-        entry.counts[reason_index(reason)] += 1;
-        entry.last_failure = Some((now, reason));
+        entry.counts[index] += 1;
+        entry.last_failure = Some((now, index));
         let due = entry
             .last_logged
             .is_none_or(|t| now.duration_since(t) >= LOG_EVERY);
@@ -142,11 +163,10 @@ impl UpstreamFailures {
         let name = upstream.authority();
         if more > 0 {
             tracing::warn!(
-                "origin {name} failed ({}): {error}; {more} more failures since the last report",
-                reason.as_str()
+                "origin {name} failed ({reason}): {error}; {more} more failures since the last report"
             );
         } else {
-            tracing::warn!("origin {name} failed ({}): {error}", reason.as_str());
+            tracing::warn!("origin {name} failed ({reason}): {error}");
         }
     }
 
@@ -162,7 +182,7 @@ impl UpstreamFailures {
                 last_ok: e.last_ok.map(|t| now.duration_since(t)),
                 last_failure: e
                     .last_failure
-                    .map(|(t, r)| (now.duration_since(t), r.as_str())),
+                    .map(|(t, r)| (now.duration_since(t), reason_name(r))),
             })
             .collect();
         out.sort_by(|a, b| a.upstream.cmp(&b.upstream));
@@ -176,11 +196,11 @@ impl UpstreamFailures {
             .iter()
             .flat_map(|(u, e)| {
                 let name = name(u);
-                REASONS
-                    .iter()
-                    .zip(e.counts)
+                e.counts
+                    .into_iter()
+                    .enumerate()
                     .filter(|(_, n)| *n > 0)
-                    .map(move |(r, n)| (name.clone(), r.as_str(), n))
+                    .map(move |(r, n)| (name.clone(), reason_name(r), n))
             })
             .collect();
         out.sort();
@@ -194,10 +214,7 @@ mod tests {
 
     #[test]
     fn counted_by_upstream_and_reason_and_bounded() {
-        let up = |h: &str, port| Upstream {
-            host: h.into(),
-            port,
-        };
+        let up = |h: &str, port| Upstream::http(h, port);
         let f = UpstreamFailures::default();
         f.record(&up("a", 81), &OriginError::Closed);
         f.record(&up("a", 81), &OriginError::Closed);

@@ -164,7 +164,8 @@ pub async fn send(
                     e @ (OriginError::Connect(_)
                     | OriginError::Resolve(_)
                     | OriginError::ResolveTimeout
-                    | OriginError::ConnectTimeout),
+                    | OriginError::ConnectTimeout
+                    | OriginError::Tls(_)),
                 ) => {
                     last_err = failed(e);
                     break; // next upstream

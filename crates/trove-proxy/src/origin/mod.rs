@@ -14,6 +14,7 @@ mod fetch;
 mod interim;
 mod pool;
 mod request_body;
+mod stream;
 
 pub use abandon::abandon;
 pub use error::Failed;
@@ -21,3 +22,4 @@ pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
 pub use interim::{Forwarded, Interim, InterimHead, InterimSlot};
 pub use pool::{OriginView, Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};
+pub use stream::OriginStream;

@@ -26,6 +26,12 @@
 //!
 //! Past the per-origin limit, requests wait in a queue bounded in time, and one that cannot
 //! be served within the bound is shed at once (see [`OriginQueue`]).
+//!
+//! An `https` upstream's connections are made the same way, then a TLS handshake (bounded by
+//! the connect timeout too) runs before hyper takes the connection: everything above, the
+//! limits, the queue, the guard and reuse, applies unchanged. The upstream's TLS settings
+//! are part of its identity ([`Upstream`]), so a connection is reused only under the
+//! settings it was verified with; TLS sessions are resumed through the connector's cache.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -43,8 +49,10 @@ use crate::destination::{self, Blocked, ClientClass, DestinationPolicy, Reach};
 use crate::metrics::Metrics;
 use crate::origin::error::OriginError;
 use crate::origin::request_body::OriginRequestBody;
+use crate::origin::stream::OriginStream;
 use crate::resolver::Resolver;
 use crate::upstream::{Chooser, Upstream};
+use trove_tls::origin::Handshake;
 
 /// Who a pooled connection was opened for: connections are reused only within one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -366,6 +374,11 @@ impl Pool {
             // A pooled connection the origin closed meanwhile fails here, not mid-request.
             if c.sender.ready().await.is_ok() {
                 self.metrics.origin_reused.fetch_add(1, Ordering::Relaxed);
+                if key.upstream.is_tls() {
+                    self.metrics
+                        .origin_tls_reused
+                        .fetch_add(1, Ordering::Relaxed);
+                }
                 return Some(PooledConn {
                     sender: c.sender,
                     reused: true,
@@ -408,11 +421,7 @@ impl Pool {
             since: Instant::now(),
             queue: Arc::clone(&queue),
         };
-        let stream =
-            tokio::time::timeout(self.connect_timeout, self.connect(upstream, chooser, reach))
-                .await
-                .map_err(|_| OriginError::ConnectTimeout)??;
-        let _ = stream.set_nodelay(true);
+        let stream = self.open(upstream, chooser, reach).await?;
         let (sender, conn) = http1::Builder::new()
             .allow_obsolete_multiline_headers_in_responses(true)
             .max_buf_size(256 * 1024)
@@ -443,14 +452,43 @@ impl Pool {
         upstream: &Upstream,
         chooser: Chooser,
         reach: &Reach,
-    ) -> Result<TcpStream, OriginError> {
-        let stream =
+    ) -> Result<OriginStream, OriginError> {
+        let stream = self.open(upstream, chooser, reach).await?;
+        self.metrics.origin_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(stream)
+    }
+
+    /// A new connection to `upstream`, TCP within the connect timeout, then for an `https`
+    /// upstream the TLS handshake within the connect timeout again.
+    async fn open(
+        &self,
+        upstream: &Upstream,
+        chooser: Chooser,
+        reach: &Reach,
+    ) -> Result<OriginStream, OriginError> {
+        let tcp =
             tokio::time::timeout(self.connect_timeout, self.connect(upstream, chooser, reach))
                 .await
                 .map_err(|_| OriginError::ConnectTimeout)??;
-        let _ = stream.set_nodelay(true);
-        self.metrics.origin_opened.fetch_add(1, Ordering::Relaxed);
-        Ok(stream)
+        let _ = tcp.set_nodelay(true);
+        let Some(tls) = &upstream.tls else {
+            return Ok(OriginStream::Plain(tcp));
+        };
+        let handshake =
+            tokio::time::timeout(self.connect_timeout, tls.connect(&upstream.host, tcp))
+                .await
+                .map_err(|_| OriginError::Tls(trove_tls::HandshakeError::timeout()))?;
+        match handshake {
+            Ok((stream, kind)) => {
+                let counter = match kind {
+                    Handshake::Full => &self.metrics.origin_tls_full,
+                    Handshake::Resumed => &self.metrics.origin_tls_resumed,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(OriginStream::Tls(Box::new(stream)))
+            }
+            Err(e) => Err(OriginError::Tls(e)),
+        }
     }
 
     /// Waits at `key`'s limit; see [`Pool::checkout`].
@@ -575,10 +613,7 @@ mod tests {
         idle_timeout: Duration,
     ) -> (Arc<Pool>, Upstream, tokio::net::TcpListener) {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let key = Upstream {
-            host: "127.0.0.1".into(),
-            port: origin.local_addr().unwrap().port(),
-        };
+        let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: 4,
@@ -659,10 +694,7 @@ mod tests {
     #[tokio::test]
     async fn a_full_origin_sheds_by_timeout_then_by_estimate() {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let key = Upstream {
-            host: "127.0.0.1".into(),
-            port: origin.local_addr().unwrap().port(),
-        };
+        let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
         let pool = Pool::new(
             PoolLimits {
                 max_per_origin: 1,

@@ -388,6 +388,24 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
             g(&m.sendfile_aborted),
         );
     }
+    let t = &m.tls;
+    let tls_failed: u64 = t.failures.iter().map(g).sum();
+    let worst = trove_tls::TlsFailure::ALL
+        .iter()
+        .max_by_key(|f| g(&t.failures[f.index()]))
+        .filter(|f| g(&t.failures[f.index()]) > 0)
+        .map_or("-", |f| f.as_str());
+    let _ = write!(
+        out,
+        r#"</table><p>TLS: client handshakes {} (resumed {}), failed {tls_failed} (most often {worst}); certificates reloaded {} (refused {}); origin TLS connections {} (resumed {}, requests on pooled ones {}).</p><table>"#,
+        g(&t.handshakes),
+        g(&t.resumed),
+        g(&t.reloads),
+        g(&t.reload_failures),
+        g(&m.origin_tls_full) + g(&m.origin_tls_resumed),
+        g(&m.origin_tls_resumed),
+        g(&m.origin_tls_reused),
+    );
     let _ = write!(
         out,
         r#"</table><p class="muted">Hit ratios count cacheable traffic only: every result but TCP_TUNNEL, TCP_DENIED, TCP_PURGE, TCP_SHED and NONE_NONE. Malformed requests {}, shed {}, client connections accepted {} (requests on reused ones {}), origin connections opened {} (reused {}, idle in pool {}).</p>

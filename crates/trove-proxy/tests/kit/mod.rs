@@ -183,14 +183,14 @@ pub fn stream_range(
     }
 }
 
-type Handler = dyn Fn(&SeenRequest, usize) -> Action + Send + Sync;
+pub type Handler = dyn Fn(&SeenRequest, usize) -> Action + Send + Sync;
 
 /// A scripted origin server.
 pub struct Origin {
     pub addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    connections: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<SeenRequest>>>,
+    pub hits: Arc<AtomicUsize>,
+    pub connections: Arc<AtomicUsize>,
+    pub seen: Arc<Mutex<Vec<SeenRequest>>>,
 }
 
 impl Origin {
@@ -242,8 +242,20 @@ impl Origin {
     }
 }
 
-async fn origin_conn(
-    mut stream: TcpStream,
+/// What a scripted origin's connection runs over: TCP, or TLS over TCP (`kit/tls.rs`, which
+/// only the TLS tests include, so the crates that borrow this kit need no TLS crates).
+pub trait OriginIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl OriginIo for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+pub async fn origin_conn<S: OriginIo>(
+    mut stream: S,
     handler: Arc<Handler>,
     hits: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<SeenRequest>>>,
@@ -354,14 +366,14 @@ async fn origin_conn(
             Action::Reset => {
                 // SO_LINGER 0 makes close send RST; blocking on drop is what a test wants.
                 #[allow(deprecated)]
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                let _ = stream.tcp().set_linger(Some(Duration::ZERO));
                 return;
             }
         }
     }
 }
 
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<SeenRequest> {
+async fn read_request<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<SeenRequest> {
     loop {
         if let Some(end) = find(buf, b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_string();
@@ -411,7 +423,7 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<SeenR
     }
 }
 
-async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+async fn read_chunked<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let line_end = loop {
@@ -446,7 +458,7 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u
     }
 }
 
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+async fn fill<S: OriginIo>(stream: &mut S, buf: &mut Vec<u8>) -> Option<()> {
     let mut tmp = [0u8; 8192];
     let n = stream.read(&mut tmp).await.ok()?;
     if n == 0 {
@@ -513,6 +525,7 @@ impl Trove {
             listeners: vec![ListenerSettings {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 mode,
+                tls: None,
             }],
             ..Settings::default()
         };
@@ -522,6 +535,7 @@ impl Trove {
                 host: "*".into(),
                 path_prefix: "/".into(),
                 upstreams: vec![format!("http://{o}")],
+                tls: None,
             }];
         }
         f(&mut s);
