@@ -62,7 +62,7 @@ pub async fn run(
         refused: None,
     };
     // A refusal's answer, counted in the access log's bytes as any response is.
-    async fn answer(wr: &mut OwnedWriteHalf, status: StatusCode, bytes: &[u8]) -> TunnelResult {
+    async fn answer(wr: &mut ClientWrite, status: StatusCode, bytes: &[u8]) -> TunnelResult {
         let sent = match wr.write_all(bytes).await {
             Ok(()) => bytes.len() as u64,
             Err(_) => 0,
