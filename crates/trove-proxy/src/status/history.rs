@@ -30,6 +30,9 @@ pub struct Sample {
     pub bytes_from_cache: u64,
     pub bytes_from_origins: u64,
     pub origin_errors: u64,
+    /// Client TLS handshakes completed, and failed.
+    pub tls_handshakes: u64,
+    pub tls_failures: u64,
     pub hit_times: [u64; BUCKETS.len() + 1],
     pub miss_times: [u64; BUCKETS.len() + 1],
 }
@@ -45,6 +48,8 @@ impl Sample {
             bytes_from_cache: g(&m.bytes_from_cache),
             bytes_from_origins: g(&m.bytes_from_origins),
             origin_errors: g(&m.origin_errors),
+            tls_handshakes: g(&m.tls.handshakes),
+            tls_failures: m.tls.failures.iter().map(g).sum(),
             hit_times: m.hit_time.snapshot(),
             miss_times: m.miss_time.snapshot(),
             ..Sample::default()
@@ -72,6 +77,8 @@ pub struct Rates {
     pub bytes_sent: f64,
     pub bytes_from_origins: f64,
     pub origin_errors: f64,
+    pub tls_handshakes: f64,
+    pub tls_failures: f64,
 }
 
 /// Since start, and the samples of the last minutes.
@@ -137,6 +144,8 @@ impl History {
                     bytes_sent: per(a.bytes_sent, b.bytes_sent),
                     bytes_from_origins: per(a.bytes_from_origins, b.bytes_from_origins),
                     origin_errors: per(a.origin_errors, b.origin_errors),
+                    tls_handshakes: per(a.tls_handshakes, b.tls_handshakes),
+                    tls_failures: per(a.tls_failures, b.tls_failures),
                 }
             })
             .collect()
@@ -176,5 +185,19 @@ mod tests {
         assert!((r[0].hits - 18.0).abs() < 1e-9);
         let minute = h.back(Duration::from_secs(60)).unwrap();
         assert_eq!(minute.at, (KEEP + 4) as f64 * 5.0 - 60.0);
+    }
+
+    /// Client TLS handshakes and failures are sampled, for the status page's rates.
+    #[test]
+    fn tls_handshakes_and_failures_have_rates() {
+        let m = Metrics::default();
+        let h = History::default();
+        h.record(Sample::take(&m, 0.0));
+        m.tls.handshakes.fetch_add(50, Ordering::Relaxed);
+        m.tls.failures[0].fetch_add(5, Ordering::Relaxed);
+        h.record(Sample::take(&m, 5.0));
+        let r = h.rates();
+        assert!((r[0].tls_handshakes - 10.0).abs() < 1e-9, "{r:?}");
+        assert!((r[0].tls_failures - 1.0).abs() < 1e-9, "{r:?}");
     }
 }

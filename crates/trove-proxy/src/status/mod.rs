@@ -395,11 +395,18 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
         .max_by_key(|f| g(&t.failures[f.index()]))
         .filter(|f| g(&t.failures[f.index()]) > 0)
         .map_or("-", |f| f.as_str());
+    // Per second over the last minute of samples (none yet: 0).
+    let recent: Vec<history::Rates> = h.rates().into_iter().rev().take(12).collect();
+    let per_second = |f: fn(&history::Rates) -> f64| {
+        recent.iter().map(f).sum::<f64>() / recent.len().max(1) as f64
+    };
     let _ = write!(
         out,
-        r#"</table><p>TLS: client handshakes {} (resumed {}), failed {tls_failed} (most often {worst}); certificates reloaded {} (refused {}); origin TLS connections {} (resumed {}, requests on pooled ones {}).</p><table>"#,
+        r#"</table><p>TLS: client handshakes {} (resumed {}; {:.1}/s over the last minute), failed {tls_failed} ({:.1}/s; most often {worst}); certificates reloaded {} (refused {}); origin TLS connections {} (resumed {}, requests on pooled ones {}).</p><table>"#,
         g(&t.handshakes),
         g(&t.resumed),
+        per_second(|r| r.tls_handshakes),
+        per_second(|r| r.tls_failures),
         g(&t.reloads),
         g(&t.reload_failures),
         g(&m.origin_tls_full) + g(&m.origin_tls_resumed),
