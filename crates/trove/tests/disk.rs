@@ -6,13 +6,14 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Trove};
+use common::{
+    is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Tmpfs, Trove,
+};
 
 /// A trove child and its two addresses.
 struct Running {
@@ -337,29 +338,6 @@ fn a_second_process_on_the_same_directory_is_refused() {
     let dir2 = TempDir::new("disk-lock2");
     let err = try_start(&dir2, &cfg).err().expect("the second refused");
     assert!(err.contains("in use by another trove"), "{err}");
-}
-
-/// A small tmpfs mounted for a test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// Mounts one at `at` (`ro` for read-only); `None` where this machine can't.
-    fn mount(at: &Path, opts: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(at).unwrap();
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
-            .arg(at)
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-            .then(|| Tmpfs(at.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 /// Issue 8: a disk that fills up (a 1 MiB tmpfs under a 16 MiB budget) and a read-only

@@ -18,7 +18,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Trove};
+use common::{
+    is_hit, metric, metrics_text, origin_with, target_of, wait_for, TempDir, Tmpfs, Trove,
+};
 
 const TOKEN: &str = "s3cret";
 
@@ -579,29 +581,6 @@ fn io_errors_under_a_running_trove_are_dropped_counted_and_refetched() {
         counted,
         "counted once"
     );
-}
-
-/// A small tmpfs mounted for a test (as in `disk.rs`), unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    /// Mounts one at `at`; `None` where this machine can't (not root).
-    fn mount(at: &Path, opts: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(at).unwrap();
-        std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
-            .arg(at)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-            .then(|| Tmpfs(at.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
 }
 
 /// Issue 19, disk full: the disk directory a 2 MiB tmpfs under an 8 MiB budget, filled by

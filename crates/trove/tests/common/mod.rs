@@ -336,3 +336,27 @@ pub fn free_port() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()
 }
+
+/// A small tmpfs mounted for a test, unmounted when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts one at `at` with mount options `opts` (`size=1m`, `ro`, …); `None` where this
+    /// machine can't (not root).
+    pub fn mount(at: &std::path::Path, opts: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            .then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
