@@ -108,36 +108,15 @@ fn every_verdict_in_the_table() {
             let mut after = Scripted::new(vec![Answer::parse(verdict_table::PLAIN_ANSWER)]);
             result(&engine.handle(&Method::GET, key, &plain, now, &mut after))
         });
-        let got = [
-            result(&served),
-            cache_status
-                .strip_prefix("trove; ")
-                .unwrap_or("-")
-                .to_string(),
-            verdict_table::asked(origin.asked, origin.conditional),
+        let got = verdict_table::Got {
+            result: result(&served),
+            cache_status,
+            asked: origin.asked,
+            conditional: origin.conditional,
             then,
-        ];
-        let want = [
-            case.result,
-            case.cache_status,
-            case.asked,
-            case.then.unwrap_or("-"),
-        ];
-        if got.iter().zip(want).any(|(g, w)| g != w) {
-            failures.push(format!(
-                "{}\n    want {}\n    got  {}",
-                case.name,
-                want.join(" | "),
-                got.join(" | ")
-            ));
-        }
+        };
+        failures.extend(verdict_table::differs(case, &got));
     }
     assert!(cases.len() >= 80, "the table has {} cases", cases.len());
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    verdict_table::assert_none_differ(&failures, cases.len());
 }

@@ -194,35 +194,15 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
                 result_for(trove, &path, lines).await
             }
         };
-        let got = [
+        let got = verdict_table::Got {
             result,
-            cache_status
-                .strip_prefix("trove; ")
-                .map_or("-".to_string(), str::to_string),
-            verdict_table::asked(during.len(), during.iter().filter(|c| **c).count()),
+            cache_status,
+            asked: during.len(),
+            conditional: during.iter().filter(|c| **c).count(),
             then,
-        ];
-        let want = [
-            case.result,
-            case.cache_status,
-            case.asked,
-            case.then.unwrap_or("-"),
-        ];
-        if got.iter().zip(want).any(|(g, w)| g != w) {
-            failures.push(format!(
-                "{}\n    want {}\n    got  {}",
-                case.name,
-                want.join(" | "),
-                got.join(" | ")
-            ));
-        }
+        };
+        failures.extend(verdict_table::differs(case, &got));
     }
     assert!(cases.len() >= 75, "{} cases run over sockets", cases.len());
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    verdict_table::assert_none_differ(&failures, cases.len());
 }

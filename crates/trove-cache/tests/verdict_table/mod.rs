@@ -155,3 +155,52 @@ pub fn asked(asked: usize, conditional: usize) -> String {
     };
     format!("{asked}{c}")
 }
+
+/// What a driver gave for one case, in the table's terms.
+pub struct Got {
+    /// `RESULT/status`.
+    pub result: String,
+    /// The whole `Cache-Status` member (`trove; …`), or empty for none.
+    pub cache_status: String,
+    pub asked: usize,
+    pub conditional: usize,
+    /// `RESULT/status` of the GET after, or `-`.
+    pub then: String,
+}
+
+/// `None` when `got` is what `case` says; else the two side by side.
+pub fn differs(case: &Case, got: &Got) -> Option<String> {
+    let got = [
+        got.result.clone(),
+        got.cache_status
+            .strip_prefix("trove; ")
+            .unwrap_or("-")
+            .to_string(),
+        asked(got.asked, got.conditional),
+        got.then.clone(),
+    ];
+    let want = [
+        case.result,
+        case.cache_status,
+        case.asked,
+        case.then.unwrap_or("-"),
+    ];
+    got.iter().zip(want).any(|(g, w)| g != w).then(|| {
+        format!(
+            "{}\n    want {}\n    got  {}",
+            case.name,
+            want.join(" | "),
+            got.join(" | ")
+        )
+    })
+}
+
+/// Fails with every case that differs (`ran` cases were run).
+pub fn assert_none_differ(failures: &[String], ran: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
