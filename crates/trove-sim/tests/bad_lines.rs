@@ -3,7 +3,10 @@
 //! its example is cut (byte 200), a time of `1e300` or past `u64` seconds, and a line of
 //! tens of megabytes.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::Dir;
+use std::path::Path;
 
 use clap::Parser;
 use trove_sim::cli::ReplayArgs;
@@ -13,28 +16,6 @@ use trove_sim::sweep::Report;
 struct Cli {
     #[command(flatten)]
     replay: ReplayArgs,
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("trove-sim-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, contents).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn replay(path: &Path, format: &str) -> Report {

@@ -4,7 +4,10 @@
 //! object) is replayed, stored and hit without its bytes ever being allocated. Both
 //! aborted the process with "memory allocation failed" before.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::Dir;
+use std::path::Path;
 
 use clap::Parser;
 use trove_sim::cli::ReplayArgs;
@@ -22,28 +25,6 @@ struct Cli {
 struct Sim {
     #[command(flatten)]
     sim: SimArgs,
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("trove-sim-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    fn file(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, contents).unwrap();
-        p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn replay(path: &Path, args: &[&str]) -> Report {
