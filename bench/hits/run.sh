@@ -27,6 +27,9 @@
 #   RUN_BASE     where the temp run dir goes (default /dev/shm: caches, logs and docroot in memory)
 #   BUILD        1 (default) builds trove and trove-ceiling with cargo first; 0 uses existing binaries
 #   TROVE_BIN    trove binary (default: <cargo target dir>/release/trove)
+#   TROVE_BASE_BIN  a second trove binary, the target `trove-base` (same config, port 18091): an
+#                earlier commit measured in the same run, for paired before/after ratios, e.g.
+#                TARGETS="trove-base trove" TROVE_BASE_BIN=/tmp/base/release/trove
 #   CEILING_BIN  trove-ceiling binary (default: <cargo target dir>/release/trove-ceiling)
 #   KEEP_RUN     1 keeps the temp run dir (configs, logs) after the run, for debugging
 #
@@ -179,6 +182,7 @@ port_of() {
         nginx-nopush) echo 18085 ;;
         nginx-nosendfile) echo 18086 ;;
         trove) echo 18090 ;;
+        trove-base) echo 18091 ;;
         *) die "unknown target $1" ;;
     esac
 }
@@ -276,6 +280,15 @@ start_trove() {
     launch trove "$dir/stdout" "$TROVE_BIN" serve --config "$dir/trove.toml"
 }
 
+# The same configuration on port 18091, run by $TROVE_BASE_BIN.
+start_trove-base() {
+    local dir=$RUN/trove-base
+    [[ -x ${TROVE_BASE_BIN:-} ]] || { echo "no TROVE_BASE_BIN given (the binary to compare against)"; return 1; }
+    mkdir -p "$dir"
+    render "$PEERS/trove.toml" "$dir/trove.toml" -e "s|127.0.0.1:18090|127.0.0.1:18091|" -e "s|$RUN/trove/|$RUN/trove-base/|g"
+    launch trove-base "$dir/stdout" "$TROVE_BASE_BIN" serve --config "$dir/trove.toml"
+}
+
 # Start a target and wait until it answers on every port it serves; on failure record why and stop it.
 bring_up() {
     local target=$1 why size port
@@ -363,7 +376,7 @@ settle_cpu() {
 # A target's access log, if it writes one to a file.
 access_log_of() {
     case $1 in
-        origin | nginx | nginx-nopush | nginx-nosendfile | squid | trove) echo "$RUN/$1/access.log" ;;
+        origin | nginx | nginx-nopush | nginx-nosendfile | squid | trove | trove-base) echo "$RUN/$1/access.log" ;;
         ats) echo "$RUN/ats/log/squid.log" ;;
         *) echo "" ;;
     esac

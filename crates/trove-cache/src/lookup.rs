@@ -104,10 +104,26 @@ pub fn judge(
     policy: &Policy,
     now: SystemTime,
 ) -> Lookup {
+    let inv = store.invalidations().map(|i| &**i);
+    judge_variants(inv, variants, req, policy, now, &mut |obj, why| {
+        store.remove_object(obj, why);
+    })
+}
+
+/// [`judge`] without touching the store: a variant whose body failed, or that a rule made
+/// since its fetch invalidated, is handed to `remove` (the flow turns each into a
+/// [`crate::flow::Command::Remove`]) and judged no further.
+pub fn judge_variants(
+    inv: Option<&Invalidations>,
+    variants: &[Arc<Object>],
+    req: Request<'_>,
+    policy: &Policy,
+    now: SystemTime,
+    remove: &mut dyn FnMut(&Arc<Object>, Removal),
+) -> Lookup {
     if variants.is_empty() {
         return Lookup::Miss;
     }
-    let inv = store.invalidations().map(|i| &**i);
     // The common hit: one variant whose reuse depends on age alone, a plain request.
     if let [obj] = variants {
         if req.is_plain()
@@ -126,13 +142,13 @@ pub fn judge(
     let mut invalidated = false;
     for obj in variants {
         if matches!(obj.body.outcome(), Some(Err(_))) {
-            store.remove_object(obj, Removal::Failed);
+            remove(obj, Removal::Failed);
             continue;
         }
         let judged = verdict(inv, obj);
         if judged == Verdict::Dead {
             // Invalidated by a rule made since it was fetched (a purge, a tag, a ban…).
-            store.remove_object(obj, Removal::Purged);
+            remove(obj, Removal::Purged);
             invalidated = true;
             continue;
         }
