@@ -167,6 +167,13 @@ impl Engine {
                     store.lookup_into(key, &mut variants);
                     Event::Found(&variants, Tier::Memory)
                 }
+                // The simulator sends no file: a lower tier's object is promoted.
+                Command::OpenFile => Event::FileFound(None),
+                Command::Promote => {
+                    variants.clear();
+                    store.lookup_into(key, &mut variants);
+                    Event::Found(&variants, Tier::Disk)
+                }
                 Command::Memo => Event::Memo(memo.remembered(key, now)),
                 Command::Join => Event::Leading,
                 Command::Send(s) => {

@@ -226,8 +226,20 @@ fn run(
             "start" => Event::Start,
             "found" => {
                 store.lookup_into(KEY, &mut variants);
-                Event::Found(&variants, Tier::Memory)
+                // What a promotion read in came from the disk.
+                let tier = if flow.state() == "promoting" {
+                    Tier::Disk
+                } else {
+                    Tier::Memory
+                };
+                Event::Found(&variants, tier)
             }
+            "lower" => Event::Lower,
+            "file" => match arg {
+                "fresh" => Event::FileFound(Some(leaders(&store, 60, now))),
+                "stale" => Event::FileFound(Some(leaders(&store, 0, now))),
+                _ => Event::FileFound(None),
+            },
             "memo" => Event::Memo(arg == "yes"),
             "leading" => Event::Leading,
             "allowed" => Event::Allowed,
@@ -364,6 +376,7 @@ fn every_transition_in_the_table() {
 fn the_table_reaches_every_end() {
     for end in [
         "serve:TCP_MEM_HIT",
+        "serve:TCP_HIT",
         "serve:TCP_CF_HIT",
         "serve:TCP_MISS",
         "serve:TCP_REFRESH_UNMODIFIED",

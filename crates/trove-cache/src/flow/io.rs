@@ -72,6 +72,13 @@ pub enum Event<'e> {
     /// The variants stored for the key, after any lower tier was opened, and the tier
     /// they were read from (the disk when this request read them in).
     Found(&'e [Arc<Object>], Tier),
+    /// Memory misses, but a lower tier may hold the key (`Storage::probe`): what to do
+    /// about it is the machine's ([`Command::OpenFile`] or [`Command::Promote`]).
+    Lower,
+    /// The key's object opened where it lies in a lower tier's file, its body to be sent
+    /// from there (a head, and a body of the right length never read), or nothing to send
+    /// so.
+    FileFound(Option<Arc<Object>>),
     /// Whether the key is remembered as uncacheable.
     Memo(bool),
     /// This request leads the fetch for its key.
@@ -139,6 +146,8 @@ pub struct Serve {
     pub publish: bool,
     /// A hit at lookup, served from this tier (counted per tier).
     pub tier: Option<Tier>,
+    /// The body is the file the driver opened ([`Command::OpenFile`]), not the object's.
+    pub file: bool,
 }
 
 /// Send the origin's answer on, not stored, with these cleaned fields.
@@ -168,6 +177,12 @@ pub enum Command {
     Guard(Guard),
     /// Look the key up, opening a lower tier if memory lacks it. → [`Event::Found`]
     Lookup,
+    /// Open the key's object where it lies in the lower tier, for a send from the file
+    /// (`sendfile`): only a body of at least the tier's minimum. → [`Event::FileFound`]
+    OpenFile,
+    /// Promote the key from the lower tier into memory, then look it up.
+    /// → [`Event::Found`] (from [`Tier::Disk`])
+    Promote,
     /// Is the key remembered as uncacheable? → [`Event::Memo`]
     Memo,
     /// Lead or join the fetch for this key. → [`Event::Leading`] / [`Event::Joined`]
@@ -256,6 +271,8 @@ impl Command {
             Command::Guard(Guard::Origin) => "guard",
             Command::Guard(Guard::Purge) => "guard-purge",
             Command::Lookup => "lookup",
+            Command::OpenFile => "open-file",
+            Command::Promote => "promote",
             Command::Memo => "memo",
             Command::Join => "join",
             Command::Send(s) if s.with_body => "send-body",

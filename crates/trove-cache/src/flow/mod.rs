@@ -28,6 +28,8 @@
 //!                             ├─ pass ──► Send(body) ─► Answer ─► Invalidate, after_pass ─► Insert ─► Serve
 //!                             │                                                           └─► Forward
 //!                             └─ GET/HEAD ─► Lookup ─► Found ─► (Combine) ─► (Memo) ─► after_lookup
+//!                                               └► Lower ─► OpenFile ─► FileFound ─► Serve (from the file)
+//!                                                        └► Promote ─► Found ─► …
 //!                                  Serve (+ Revalidate in the background) │ only-if-cached ─► Respond 504
 //!                                  Revalidate: Send(conditional) ─► Answer ─► Update ─► Serve (304)
 //!                                                                       ├─► Discard, Send (304 not ours)
@@ -81,6 +83,8 @@ enum State {
     Start(Entry),
     Guarding(Entry),
     Looking,
+    OpeningFile,
+    Promoting,
     Combining(Lookup, Tier),
     Memo(Lookup, Tier),
     Joining(Fetch),
@@ -190,6 +194,8 @@ impl<'r> Flow<'r> {
             State::Start(_) => "start",
             State::Guarding(_) => "guarding",
             State::Looking => "looking",
+            State::OpeningFile => "opening-file",
+            State::Promoting => "promoting",
             State::Combining(..) => "combining",
             State::Memo(..) => "memo",
             State::Joining(_) => "joining",
@@ -211,10 +217,12 @@ impl<'r> Flow<'r> {
     }
 
     /// Every state [`Flow::state`] names.
-    pub const STATES: [&'static str; 20] = [
+    pub const STATES: [&'static str; 22] = [
         "start",
         "guarding",
         "looking",
+        "opening-file",
+        "promoting",
         "combining",
         "memo",
         "joining",
@@ -274,6 +282,25 @@ impl<'r> Flow<'r> {
                 self.send(Conditionals::Strip, Some(cond));
             }
             (State::Looking, Event::Found(variants, tier)) => self.found(env, variants, tier),
+            (State::Looking, Event::Lower) => {
+                // A plain GET may be answered from the lower tier's file without loading
+                // the object into memory; anything else loads it first.
+                let plain_get = *self.req.method == Method::GET
+                    && !self.req.headers.contains_key(header::RANGE);
+                if plain_get {
+                    self.state = State::OpeningFile;
+                    self.emit(Command::OpenFile);
+                } else {
+                    self.state = State::Promoting;
+                    self.emit(Command::Promote);
+                }
+            }
+            (State::OpeningFile, Event::FileFound(Some(obj))) => self.file_found(env, obj),
+            (State::OpeningFile, Event::FileFound(None)) => {
+                self.state = State::Promoting;
+                self.emit(Command::Promote);
+            }
+            (State::Promoting, Event::Found(variants, tier)) => self.found(env, variants, tier),
             (State::Combining(found, tier), Event::Combined(added)) => {
                 if added {
                     self.state = State::Looking;
@@ -353,6 +380,7 @@ impl<'r> Flow<'r> {
                     fill: false,
                     publish: false,
                     tier: None,
+                    file: false,
                 });
             }
             (State::Inserting(i), Event::Inserted(Ok(obj))) => {
@@ -374,6 +402,7 @@ impl<'r> Flow<'r> {
                     fill: true,
                     publish: i.leader,
                     tier: None,
+                    file: false,
                 });
             }
             (State::Inserting(i), Event::Inserted(Err(why))) => {
@@ -532,6 +561,48 @@ impl<'r> Flow<'r> {
                 self.steps.push(Step::Lookup);
                 self.state = State::Looking;
                 self.emit(Command::Lookup);
+            }
+        }
+    }
+
+    /// The object lies in the lower tier's file: a fresh hit is served from there (the
+    /// driver sends the file); anything else (stale, to revalidate, …) loads it first.
+    fn file_found(&mut self, env: &Env<'_>, obj: Arc<Object>) {
+        let inv = env.store.invalidations().map(|i| &**i);
+        // Not in the store: nothing to remove if it fails judgement.
+        let judged = lookup::judge_variants(
+            inv,
+            std::slice::from_ref(&obj),
+            self.req,
+            env.rules.policy,
+            env.now,
+            &mut |_, _| {},
+        );
+        match decide::after_lookup(self.req, judged, env.rules, Memo::Unknown) {
+            Action::Serve {
+                obj,
+                outcome: Outcome::MemHit,
+                status,
+                revalidate: false,
+            } => {
+                self.steps.push(Step::Hit);
+                let (outcome, status) = by_tier(Tier::Disk, Outcome::MemHit, status);
+                self.end_serve(Serve {
+                    obj,
+                    outcome,
+                    status,
+                    as_get: false,
+                    leader_fields: HeaderMap::new(),
+                    from_origin: false,
+                    fill: false,
+                    publish: false,
+                    tier: Some(Tier::Disk),
+                    file: true,
+                });
+            }
+            _ => {
+                self.state = State::Promoting;
+                self.emit(Command::Promote);
             }
         }
     }
@@ -776,6 +847,7 @@ impl<'r> Flow<'r> {
             fill: false,
             publish: false,
             tier,
+            file: false,
         });
     }
 

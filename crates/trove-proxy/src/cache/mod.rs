@@ -31,7 +31,9 @@ use http::{HeaderMap, Method, StatusCode};
 use tokio::io::AsyncRead;
 use trove_cache::decide::BodyState;
 use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard, Labeler};
-use trove_cache::{partial, CacheStatus, Conditionals, Outcome, Request, Rules, CACHE_STATUS};
+use trove_cache::{
+    partial, CacheStatus, Conditionals, Outcome, Request, Rules, Tier, CACHE_STATUS,
+};
 use trove_store::{Labels, Object, Removal};
 
 use crate::client::body::RequestBody;
@@ -259,6 +261,13 @@ async fn run<R: AsyncRead + Unpin>(
                 variants.clear();
                 store.lookup_into(cx.key(), &mut variants);
                 Event::Found(&variants, tier)
+            }
+            // Not asked while the disk tier is opened before the lookup (`tier::open`).
+            Command::OpenFile => Event::FileFound(None),
+            Command::Promote => {
+                variants.clear();
+                store.lookup_into(cx.key(), &mut variants);
+                Event::Found(&variants, Tier::Disk)
             }
             Command::Memo => Event::Memo(shared.memo.lock().remembered(cx.key(), now)),
             Command::Join => match shared.fetches.join(cx.key()) {
