@@ -287,6 +287,18 @@ impl AccessLog {
 
     /// Appends one line.
     pub fn log(&self, r: &LogRecord<'_>) {
+        self.append(|buf| write_line(buf, r));
+    }
+
+    /// Whether lines go anywhere (`""` sends them nowhere).
+    pub fn enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Appends one line that `write` writes (without its newline) into the buffer the
+    /// writer thread takes: the same writer, rotation and bound serve another line format
+    /// (the replayable trace, `crate::trace`).
+    pub fn append(&self, write: impl FnOnce(&mut String)) {
         let Some(inner) = &self.inner else { return };
         let mut buf = inner.buf.lock();
         if buf.len() > MAX_BUFFER {
@@ -294,7 +306,7 @@ impl AccessLog {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        write_line(&mut buf, r);
+        write(&mut buf);
         buf.push('\n');
     }
 

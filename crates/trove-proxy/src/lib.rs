@@ -35,6 +35,7 @@ pub mod route;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod trace;
 pub mod tunnel;
 pub mod upgrade;
 pub mod upstream;

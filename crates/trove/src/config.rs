@@ -298,6 +298,7 @@ impl Config {
             p.push(e.to_string());
         }
         p.extend(check_log_target("log.access", &config.log.access));
+        p.extend(check_log_target("log.trace", &config.log.trace));
         if !config.runtime.pid_file.is_empty() {
             p.extend(check_writable_file(
                 "runtime.pid_file",
