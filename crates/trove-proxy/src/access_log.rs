@@ -191,6 +191,12 @@ impl std::fmt::Debug for AccessLog {
 impl AccessLog {
     /// `"-"`: standard output; `""`: nowhere; otherwise a file opened for appending.
     pub fn open(target: &str) -> std::io::Result<AccessLog> {
+        AccessLog::open_as(target, "log.access")
+    }
+
+    /// Like [`AccessLog::open`], for the log configured as `key` (which errors name, and
+    /// which names the writer thread): the replayable trace shares this writer.
+    pub fn open_as(target: &str, key: &'static str) -> std::io::Result<AccessLog> {
         let mut out: Box<dyn Write + Send> = match target {
             "" => {
                 return Ok(AccessLog {
@@ -212,7 +218,7 @@ impl AccessLog {
         let writer = Arc::clone(&inner);
         let path = (target != "-").then(|| target.to_string());
         let handle = std::thread::Builder::new()
-            .name("trove-access-log".into())
+            .name(format!("trove-{}", key.replace('.', "-")))
             .spawn(move || {
                 let mut spare = String::with_capacity(64 * 1024);
                 loop {
@@ -231,7 +237,7 @@ impl AccessLog {
                                 Err(e) => {
                                     writer.reopen_failed.fetch_add(1, Ordering::Relaxed);
                                     tracing::error!(
-                                        "log.access: cannot reopen {path:?}: {e}; still writing to the file open before"
+                                        "{key}: cannot reopen {path:?}: {e}; still writing to the file open before"
                                     );
                                 }
                             }

@@ -78,15 +78,15 @@ pub struct Capture {
 }
 
 /// A capture shared between the connection and the state machine it runs.
-pub type Shared = Arc<Mutex<Capture>>;
+pub type Slot = Arc<Mutex<Capture>>;
 
 tokio::task_local! {
-    static CAPTURE: Option<Shared>;
+    static CAPTURE: Option<Slot>;
 }
 
 /// Runs `f` (the cache's handling of one request) with `capture` as the place the request
 /// path notes what the trace needs; with `None`, notes go nowhere.
-pub async fn scope<F: std::future::Future>(capture: Option<Shared>, f: F) -> F::Output {
+pub async fn scope<F: std::future::Future>(capture: Option<Slot>, f: F) -> F::Output {
     CAPTURE.scope(capture, f).await
 }
 
@@ -250,7 +250,7 @@ pub struct TraceLog(AccessLog);
 impl TraceLog {
     /// `""`: nowhere; `"-"`: standard output; otherwise a file appended to.
     pub fn open(target: &str) -> std::io::Result<TraceLog> {
-        AccessLog::open(target).map(TraceLog)
+        AccessLog::open_as(target, "log.trace").map(TraceLog)
     }
 
     pub fn enabled(&self) -> bool {
@@ -262,8 +262,8 @@ impl TraceLog {
     }
 
     /// A capture for a request about to be handled, when tracing.
-    pub fn capture(&self) -> Option<Shared> {
-        self.enabled().then(Shared::default)
+    pub fn capture(&self) -> Option<Slot> {
+        self.enabled().then(Slot::default)
     }
 
     /// Writes the record of a request handled with `capture`.

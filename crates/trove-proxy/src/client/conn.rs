@@ -328,7 +328,7 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
             shared.trace.request(
                 &crate::trace::Exchange {
                     start: start_wall,
-                    done: start_wall + elapsed,
+                    done: start_wall.checked_add(elapsed).unwrap_or(start_wall),
                     client: info.peer.ip(),
                     method: head.method.as_str(),
                     url: t.key(),
