@@ -356,11 +356,12 @@ fn fields(h: &HeaderMap, skip: &[&str], max: usize) -> (Vec<(String, String)>, b
             continue;
         }
         let v = String::from_utf8_lossy(value.as_bytes());
-        total += n.len() + v.len();
-        if total > max {
+        // A field that does not fit is left out; smaller ones after it may still fit.
+        if total + n.len() + v.len() > max {
             truncated = true;
             continue;
         }
+        total += n.len() + v.len();
         let v = if SECRET.contains(&n) {
             mask(&v)
         } else {
@@ -397,5 +398,74 @@ pub fn failure_name(f: OriginFailure) -> &'static str {
         OriginFailure::ProtocolError => "protocol-error",
         OriginFailure::TlsCertificate => "tls-certificate",
         OriginFailure::TlsProtocol => "tls-protocol",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn secrets_are_masked_to_the_same_length_and_stay_equal() {
+        let a = mask("session=abc; theme=dark");
+        assert_eq!(a.len(), "session=abc; theme=dark".len());
+        assert_ne!(a, "session=abc; theme=dark");
+        assert_eq!(a, mask("session=abc; theme=dark"));
+        assert_ne!(a, mask("session=abd; theme=dark"));
+        assert_eq!(mask(""), "");
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn request_fields_leave_out_framing_and_are_bounded() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive"));
+        h.insert("content-length", HeaderValue::from_static("0"));
+        h.insert("cache-control", HeaderValue::from_static("no-cache"));
+        h.insert("authorization", HeaderValue::from_static("Basic dXNlcg=="));
+        let (f, truncated) = fields(&h, HOP_BY_HOP, MAX_REQUEST_FIELDS);
+        assert!(!truncated);
+        let names: Vec<&str> = f.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["cache-control", "authorization"]);
+        assert_eq!(f[1].1.len(), "Basic dXNlcg==".len());
+        assert_ne!(f[1].1, "Basic dXNlcg==");
+
+        let big = HeaderValue::from_str(&"x".repeat(MAX_REQUEST_FIELDS)).unwrap();
+        h.insert("x-big", big);
+        h.insert("pragma", HeaderValue::from_static("no-cache"));
+        let (f, truncated) = fields(&h, HOP_BY_HOP, MAX_REQUEST_FIELDS);
+        assert!(truncated);
+        assert!(f.iter().all(|(n, _)| n != "x-big"));
+        assert!(
+            f.iter().any(|(n, _)| n == "pragma"),
+            "later small fields kept"
+        );
+    }
+
+    #[test]
+    fn a_record_is_one_json_line_with_its_times_in_micros() {
+        let t = UNIX_EPOCH + std::time::Duration::from_micros(1_700_000_000_123_456);
+        let h = HeaderMap::new();
+        let x = Exchange {
+            start: t,
+            done: t + std::time::Duration::from_millis(3),
+            client: "127.0.0.1".parse().unwrap(),
+            method: "GET",
+            url: "http://a.example/\"x\"\n",
+            headers: &h,
+            status: 200,
+            outcome: Outcome::MemHit,
+            aborted: false,
+            bytes: 10,
+        };
+        let line = to_line(&request_record(&x, Capture::default()));
+        assert!(!line.contains('\n'), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["at_us"], 1_700_000_000_123_456u64, "no lookup: the start");
+        assert_eq!(v["done_us"], 1_700_000_000_126_456u64);
+        assert_eq!(v["result"], "TCP_MEM_HIT");
+        assert_eq!(v["url"], "http://a.example/\"x\"\n");
+        assert!(v.get("invalidations").is_none() && v.get("aborted").is_none());
     }
 }

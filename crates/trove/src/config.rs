@@ -1158,6 +1158,16 @@ mod tests {
             e.contains("log.access") && e.contains("is a directory"),
             "{e}"
         );
+        let trace = dir.join("trace.jsonl");
+        let c = Config::parse(&format!("[log]\ntrace = {:?}\n", trace.to_str().unwrap())).unwrap();
+        assert_eq!(c.proxy_settings().log.trace, trace.to_str().unwrap());
+        let e = Config::parse(&format!("[log]\ntrace = {:?}\n", dir.to_str().unwrap()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("log.trace") && e.contains("is a directory"),
+            "{e}"
+        );
         let e = Config::parse("[runtime]\npid_file = \"/nonexistent/trove.pid\"\n")
             .unwrap_err()
             .to_string();
