@@ -85,9 +85,13 @@ tokio::task_local! {
 }
 
 /// Runs `f` (the cache's handling of one request) with `capture` as the place the request
-/// path notes what the trace needs; with `None`, notes go nowhere.
+/// path notes what the trace needs; with `None` (no trace), `f` runs as it is, and notes
+/// go nowhere.
 pub async fn scope<F: std::future::Future>(capture: Option<Slot>, f: F) -> F::Output {
-    CAPTURE.scope(capture, f).await
+    match capture {
+        Some(c) => CAPTURE.scope(Some(c), f).await,
+        None => f.await,
+    }
 }
 
 fn with(f: impl FnOnce(&mut Capture)) -> bool {
