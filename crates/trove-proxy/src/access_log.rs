@@ -191,6 +191,12 @@ impl std::fmt::Debug for AccessLog {
 impl AccessLog {
     /// `"-"`: standard output; `""`: nowhere; otherwise a file opened for appending.
     pub fn open(target: &str) -> std::io::Result<AccessLog> {
+        AccessLog::open_as(target, "log.access")
+    }
+
+    /// Like [`AccessLog::open`], for the log configured as `key` (which errors name, and
+    /// which names the writer thread): the replayable trace shares this writer.
+    pub fn open_as(target: &str, key: &'static str) -> std::io::Result<AccessLog> {
         let mut out: Box<dyn Write + Send> = match target {
             "" => {
                 return Ok(AccessLog {
@@ -212,7 +218,7 @@ impl AccessLog {
         let writer = Arc::clone(&inner);
         let path = (target != "-").then(|| target.to_string());
         let handle = std::thread::Builder::new()
-            .name("trove-access-log".into())
+            .name(format!("trove-{}", key.replace('.', "-")))
             .spawn(move || {
                 let mut spare = String::with_capacity(64 * 1024);
                 loop {
@@ -231,7 +237,7 @@ impl AccessLog {
                                 Err(e) => {
                                     writer.reopen_failed.fetch_add(1, Ordering::Relaxed);
                                     tracing::error!(
-                                        "log.access: cannot reopen {path:?}: {e}; still writing to the file open before"
+                                        "{key}: cannot reopen {path:?}: {e}; still writing to the file open before"
                                     );
                                 }
                             }
@@ -287,6 +293,18 @@ impl AccessLog {
 
     /// Appends one line.
     pub fn log(&self, r: &LogRecord<'_>) {
+        self.append(|buf| write_line(buf, r));
+    }
+
+    /// Whether lines go anywhere (`""` sends them nowhere).
+    pub fn enabled(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Appends one line that `write` writes (without its newline) into the buffer the
+    /// writer thread takes: the same writer, rotation and bound serve another line format
+    /// (the replayable trace, `crate::trace`).
+    pub fn append(&self, write: impl FnOnce(&mut String)) {
         let Some(inner) = &self.inner else { return };
         let mut buf = inner.buf.lock();
         if buf.len() > MAX_BUFFER {
@@ -294,7 +312,7 @@ impl AccessLog {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        write_line(&mut buf, r);
+        write(&mut buf);
         buf.push('\n');
     }
 

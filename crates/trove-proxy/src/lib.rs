@@ -14,7 +14,8 @@
 //! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks),
 //! hickory-resolver (DNS, under [`resolver`]'s cache), socket2 (the listening socket's
 //! backlog), rustix (`poll` for the acceptor threads and the open files limit, without
-//! `unsafe`), and trove's own rules (`trove-http`) and store (`trove-store`).
+//! `unsafe`), serde_json (the replayable trace's lines, [`trace`]), and trove's own rules
+//! (`trove-http`) and store (`trove-store`).
 
 pub mod access_log;
 pub mod acl;
@@ -35,6 +36,7 @@ pub mod route;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod trace;
 pub mod tunnel;
 pub mod upgrade;
 pub mod upstream;

@@ -321,12 +321,14 @@ impl Running {
         }
         let left = open();
         self.shared.log.close();
+        self.shared.trace.close();
         left
     }
 
-    /// Reopens the access log (log rotation).
+    /// Reopens the access log and the trace (log rotation).
     pub fn reopen_log(&self) {
         self.shared.log.reopen();
+        self.shared.trace.reopen();
     }
 }
 

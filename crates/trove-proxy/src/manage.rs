@@ -269,6 +269,16 @@ pub fn invalidate(
         shared.metrics.invalidations[kind as usize * 2 + (mode == Mode::Soft) as usize]
             .fetch_add(1, Ordering::Relaxed);
     };
+    // The replayable trace applies it where trove did (`crate::trace`).
+    let traced = |kind: &'static str, value: String, seq: u64| {
+        let inv = crate::trace::InvalidationRecord {
+            kind,
+            value,
+            soft: mode == Mode::Soft,
+            seq,
+        };
+        shared.trace.invalidation(&inv, now);
+    };
     if let Some(url) = &req.url {
         let key = key_of(url)?;
         let seq = inv.add(Selector::Key(key_hash(&key)), mode, now);
@@ -277,12 +287,14 @@ pub fn invalidate(
             Mode::Soft => shared.store.lookup(&key).len() as u64,
         };
         counted(Kind::Url);
+        traced("url", key.clone(), seq);
         return Ok(ack(seq, "url", Some(removed), Some(key)));
     }
     if let Some(tag) = &req.tag {
         check_tag(&shared.settings.tags, tag)?;
         let seq = inv.add(Selector::Tag(tag_hash(tag)), mode, now);
         counted(Kind::Tag);
+        traced("tag", tag.clone(), seq);
         return Ok(ack(seq, "tag", None, None));
     }
     if let Some(name) = &req.cache {
@@ -291,12 +303,14 @@ pub fn invalidate(
         }
         let seq = inv.add(Selector::Tag(cache_hash(name)), mode, now);
         counted(Kind::Cache);
+        traced("cache", name.clone(), seq);
         return Ok(ack(seq, "cache", None, None));
     }
     if let Some(prefix) = &req.prefix {
         let p = prefix_of(prefix)?;
         let seq = inv.add(Selector::Prefix(p.clone()), mode, now);
         counted(Kind::Prefix);
+        traced("prefix", p.clone(), seq);
         return Ok(ack(seq, "prefix", None, Some(p)));
     }
     if let Some(b) = &req.ban {
@@ -305,6 +319,7 @@ pub fn invalidate(
             .add_ban(ban, mode, now)
             .map_err(ManageError::TooManyBans)?;
         counted(Kind::Ban);
+        traced("ban", format!("{} {} {}", b.subject, b.op, b.value), seq);
         return Ok(ack(seq, "ban", None, None));
     }
     // Not reached (exactly one selector was checked above), but no panic on a request.

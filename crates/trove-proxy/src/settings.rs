@@ -524,11 +524,17 @@ fn slash() -> String {
 pub struct LogSettings {
     /// `"-"` for standard output, a path to append to, or `""` for none.
     pub access: String,
+    /// The replayable trace (`crate::trace`): a path to append to, `"-"` for standard
+    /// output, or `""` (the default) for none.
+    pub trace: String,
 }
 
 impl Default for LogSettings {
     fn default() -> Self {
-        LogSettings { access: "-".into() }
+        LogSettings {
+            access: "-".into(),
+            trace: String::new(),
+        }
     }
 }
 

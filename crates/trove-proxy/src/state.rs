@@ -22,6 +22,7 @@ use crate::resolver::Resolver;
 use crate::route::Routes;
 use crate::settings::{Mode, Settings};
 use crate::status::history::History;
+use crate::trace::TraceLog;
 
 /// Shared state of one running proxy.
 pub struct Shared {
@@ -44,6 +45,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Shared by every generation while `log.access` is unchanged.
     pub log: Arc<AccessLog>,
+    /// The replayable trace (`log.trace`), shared like `log`.
+    pub trace: Arc<TraceLog>,
     forward_policy: Policy,
     reverse_policy: Policy,
     /// Fetches in progress, by cache key, that later requests may join.
@@ -235,6 +238,15 @@ impl Shared {
                 )
             })?),
         };
+        let trace = match prev {
+            Some(p) if p.trace.target() == settings.log.trace => Arc::clone(&p.trace),
+            _ => Arc::new(TraceLog::open(&settings.log.trace).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("log.trace: cannot open {:?}: {e}", settings.log.trace),
+                )
+            })?),
+        };
         let base = Policy {
             heuristic_fraction: c.heuristic_fraction,
             heuristic_max: c.heuristic_max,
@@ -280,6 +292,7 @@ impl Shared {
             pool,
             metrics,
             log,
+            trace,
             forward_policy: base,
             reverse_policy,
             fetches: prev.map_or_else(Arc::default, |p| Arc::clone(&p.fetches)),

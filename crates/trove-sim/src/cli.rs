@@ -351,6 +351,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     match args.command {
         Some(SimCommand::Model(m)) => model(m),
         Some(SimCommand::Convert(c)) => convert(&c),
+        None if is_replayable(&args.replay)? => {
+            let report = replay_exact(&args.replay)?;
+            output_exact(&args.replay, &report)
+        }
         None => {
             let report = replay(&args.replay)?;
             output(&args.replay, &report)
@@ -770,6 +774,90 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
         0.0
     };
     Ok(m)
+}
+
+/// Whether the trace is trove's replayable trace (`--format trace`, or its first line).
+pub fn is_replayable(a: &ReplayArgs) -> anyhow::Result<bool> {
+    let Some(trace) = a.trace.as_deref() else {
+        return Ok(false);
+    };
+    if let Some(f) = a.format {
+        return Ok(f == Format::Trace);
+    }
+    if trace == "-" || trace.starts_with("synthetic:") || Format::from_path(trace).is_some() {
+        return Ok(false);
+    }
+    let f = File::open(trace).map_err(|e| anyhow::anyhow!("{trace}: {e}"))?;
+    let mut input: Box<dyn std::io::BufRead> = Box::new(BufReader::new(f));
+    Ok(detect(&mut input).ok() == Some(Format::Trace))
+}
+
+/// The exact replay of trove's replayable trace (`crate::exact`), through every
+/// configuration the arguments name; `--outcomes` gets the first's result codes.
+pub fn replay_exact(a: &ReplayArgs) -> anyhow::Result<crate::exact::ExactReport> {
+    let src = a.source()?;
+    let configs = configs(a)?;
+    anyhow::ensure!(
+        configs.iter().all(|c| c.net.is_none()),
+        "the exact replay of a trove trace has no network model: leave out --network"
+    );
+    let input: Box<dyn std::io::BufRead> = if src.trace == "-" {
+        Box::new(BufReader::with_capacity(1 << 20, std::io::stdin()))
+    } else {
+        let f = File::open(src.trace).map_err(|e| anyhow::anyhow!("{}: {e}", src.trace))?;
+        Box::new(BufReader::with_capacity(1 << 20, f))
+    };
+    let mut exact = crate::exact::Exact::new(configs, src.trace);
+    if let Some(path) = &a.outcomes {
+        let f = File::create(path)
+            .map_err(|e| anyhow::anyhow!("--outcomes {}: {e}", path.display()))?;
+        exact = exact.with_outcomes(Box::new(BufWriter::new(f)));
+    }
+    crate::exact::run(input, exact)
+}
+
+fn output_exact(a: &ReplayArgs, r: &crate::exact::ExactReport) -> anyhow::Result<()> {
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(r)?;
+        if path == std::path::Path::new("-") {
+            println!("{text}");
+            return Ok(());
+        }
+        std::fs::write(path, text)?;
+        eprintln!("wrote {}", path.display());
+    }
+    println!(
+        "{}: {} requests ({} compared with the trace), {} invalidations ({} not replayable), \
+         {} bad lines; origin answers reused {}, missing {}",
+        r.trace,
+        r.requests,
+        r.compared,
+        r.invalidations,
+        r.unsupported_invalidations,
+        r.skipped.bad_lines,
+        r.answers_reused,
+        r.answers_missing
+    );
+    println!(
+        "{:>12} {:>10} {:>10} {:>9} {:>10}",
+        "size", "policy", "hit ratio", "origin", "differing"
+    );
+    for c in &r.results {
+        let size = c
+            .cache_size
+            .map_or_else(|| "unbounded".to_string(), |s| s.to_string());
+        println!(
+            "{size:>12} {:>10} {:>9.2}% {:>9} {:>10}",
+            c.policy,
+            c.hit_ratio * 100.0,
+            c.origin_requests,
+            c.differing
+        );
+        for (n, what, recorded, replayed) in &c.examples {
+            println!("    request {n}: {what}: trove {recorded}, replay {replayed}");
+        }
+    }
+    Ok(())
 }
 
 /// `trove sim convert`.

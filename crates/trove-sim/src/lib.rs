@@ -14,6 +14,8 @@
 //!   model); bad lines counted, never fatal.
 //! - `assume`: what a log does not say (dynamic URLs, freshness, cookies), in the open.
 //! - `origin`: the replay's origin, answering each record at once.
+//! - `exact`: the exact replay of trove's replayable trace (`trace::replayable`): each
+//!   request with its recorded fields, answered with the origin's recorded answers.
 //! - `intern`: work done once per distinct URL, client and server.
 //! - `replay`: the driver over the engine with a virtual clock; several configurations from
 //!   one pass.
@@ -31,6 +33,7 @@
 
 pub mod assume;
 pub mod cli;
+pub mod exact;
 pub mod intern;
 pub mod latency;
 pub mod model;

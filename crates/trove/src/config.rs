@@ -298,6 +298,7 @@ impl Config {
             p.push(e.to_string());
         }
         p.extend(check_log_target("log.access", &config.log.access));
+        p.extend(check_log_target("log.trace", &config.log.trace));
         if !config.runtime.pid_file.is_empty() {
             p.extend(check_writable_file(
                 "runtime.pid_file",
@@ -1155,6 +1156,16 @@ mod tests {
             .to_string();
         assert!(
             e.contains("log.access") && e.contains("is a directory"),
+            "{e}"
+        );
+        let trace = dir.join("trace.jsonl");
+        let c = Config::parse(&format!("[log]\ntrace = {:?}\n", trace.to_str().unwrap())).unwrap();
+        assert_eq!(c.proxy_settings().log.trace, trace.to_str().unwrap());
+        let e = Config::parse(&format!("[log]\ntrace = {:?}\n", dir.to_str().unwrap()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("log.trace") && e.contains("is a directory"),
             "{e}"
         );
         let e = Config::parse("[runtime]\npid_file = \"/nonexistent/trove.pid\"\n")

@@ -117,6 +117,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     if let Ok(resp) = &result {
         shared.metrics.origin_failures.record_ok(&resp.upstream);
     }
+    crate::trace::note_origin(result.as_ref().map_err(|f| f.error.failure()));
     result
 }
 
@@ -256,8 +257,12 @@ pub async fn discard(mut resp: OriginResponse) {
 }
 
 /// The time now, the one place the request path reads the wall clock for caching rules.
+/// The first reading for a request is the time its lookup judged freshness at, which the
+/// replayable trace records (`crate::trace`).
 pub fn now() -> SystemTime {
-    SystemTime::now()
+    let t = SystemTime::now();
+    crate::trace::note_now(t);
+    t
 }
 
 /// The `Content-Length` an origin declared in `h`, if valid (`origin::send` has already

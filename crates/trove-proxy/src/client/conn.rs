@@ -236,6 +236,8 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
             min_rate: shared.settings.limits.client_body_min_rate,
         };
         let mut body = RequestBody::new(&mut rs, head.framing, limits);
+        // What the replayable trace notes while the cache handles the request (`crate::trace`).
+        let mut capture = None;
         let (target, reply) = match (resolved, declined) {
             (Err(refusal), _) => (None, *refusal),
             (Ok(target), Some(reply)) => (Some(target), *reply),
@@ -246,15 +248,19 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
                 // Boxed: the state machine's future is large, and an idle connection's task
                 // should not carry its space between requests.
                 let interim = InterimSlot::for_client(head.version);
+                capture = shared.trace.capture();
                 // The state machine's future is built straight into its box and only the box
                 // is moved: moving the future itself (several KiB) cost a memmove per request.
-                let handled = Box::pin(crate::cache::handle(
-                    &shared,
-                    &head,
-                    &target,
-                    info,
-                    &mut body,
-                    interim.as_ref(),
+                let handled = Box::pin(crate::trace::scope(
+                    capture.clone(),
+                    crate::cache::handle(
+                        &shared,
+                        &head,
+                        &target,
+                        info,
+                        &mut body,
+                        interim.as_ref(),
+                    ),
                 ));
                 let reply = match &interim {
                     Some(interim) => Box::pin(forward_interim(handled, interim, &mut w)).await,
@@ -317,6 +323,24 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
                 .unwrap_or("-"),
             aborted,
         });
+        if let (Some(c), Some(t)) = (capture, &target) {
+            let c = std::mem::take(&mut *c.lock());
+            shared.trace.request(
+                &crate::trace::Exchange {
+                    start: start_wall,
+                    done: start_wall.checked_add(elapsed).unwrap_or(start_wall),
+                    client: info.peer.ip(),
+                    method: head.method.as_str(),
+                    url: t.key(),
+                    headers: &head.headers,
+                    status,
+                    outcome,
+                    aborted,
+                    bytes: sent,
+                },
+                c,
+            );
+        }
         metrics.record(outcome, elapsed, sent);
         if aborted {
             metrics.client_aborts.fetch_add(1, Ordering::Relaxed);
@@ -474,6 +498,7 @@ mod tests {
         let settings = crate::settings::Settings {
             log: crate::settings::LogSettings {
                 access: String::new(),
+                ..Default::default()
             },
             ..Default::default()
         };

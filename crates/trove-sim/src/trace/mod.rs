@@ -10,6 +10,7 @@
 pub mod clf;
 pub mod csv;
 pub mod oracle;
+pub mod replayable;
 pub mod squid;
 pub mod synthetic;
 
@@ -122,6 +123,9 @@ pub enum Format {
     Csv,
     /// libCacheSim's binary `oracleGeneral` records (`trove sim convert` writes them).
     OracleGeneral,
+    /// trove's replayable trace (`[log] trace` of `trove serve`): JSON lines with each
+    /// request's fields and the origin's answers, replayed exactly.
+    Trace,
 }
 
 impl Format {
@@ -131,6 +135,7 @@ impl Format {
             Format::Clf => "clf",
             Format::Csv => "csv",
             Format::OracleGeneral => "oracle-general",
+            Format::Trace => "trace",
         }
     }
 
@@ -145,6 +150,9 @@ impl Format {
     /// Guesses the format from the first line that is not blank or a comment.
     pub fn detect(first: &[u8]) -> Option<Format> {
         let line = std::str::from_utf8(first).ok()?.trim();
+        if line.starts_with('{') && line.contains("\"v\":") {
+            return Some(Format::Trace);
+        }
         if line.contains(" [") && line.contains("] \"") {
             return Some(Format::Clf);
         }
@@ -168,6 +176,7 @@ impl Format {
             Format::Clf => Box::new(clf::ClfReader::new(input, host)),
             Format::Csv => Box::new(csv::CsvReader::new(input)),
             Format::OracleGeneral => Box::new(oracle::OracleReader::new(input)),
+            Format::Trace => Box::new(replayable::ReplayableReader::new(input)),
         }
     }
 }
@@ -290,5 +299,7 @@ mod tests {
         assert_eq!(Format::detect(b"1 42 1000"), Some(Format::Csv));
         assert_eq!(Format::detect(b"what is this"), Some(Format::Csv));
         assert_eq!(Format::detect(b"\xff\xfe"), None);
+        let trace = br#"{"v":1,"kind":"request","at_us":1700000000000000,"url":"http://a/x"}"#;
+        assert_eq!(Format::detect(trace), Some(Format::Trace));
     }
 }
