@@ -399,17 +399,16 @@ async fn agreement_over_100k_requests() {
     agreement(100_000, EvictionKind::S3Fifo, 0x9e37_79b9_7f4a_7c15).await;
 }
 
-/// Where `trove serve` and the replay part: an invalidation (by URL, or by prefix) made
-/// while a revalidation's 304 is on its way (issue 21, "the proxy overrides the core's
-/// verdicts"). When trove checks the rule after the 304 arrives, it finds the stale object
-/// dead and fetches it again (`TCP_REFRESH_MODIFIED`, the `is_dead` check before
-/// freshening in `cache/mod.rs`), so the next request is a hit; the core's engine has no
-/// such check and freshens it (`TCP_REFRESH_UNMODIFIED`), and the replay, applying the rule
-/// at its time, misses next. (Which one trove does varies from run to run — both were
-/// seen with a URL rule, only the refetch with a prefix rule; when trove freshens, the
-/// replay agrees.) The trace records all of it, the second answer
-/// included: once the race check is the core's, the replay can agree and this test says
-/// so.
+/// Where `trove serve` and the replay may part: an invalidation (by URL, or by prefix) made
+/// while a revalidation's 304 is on its way. Both drivers run the same check now (the
+/// flow finds the stale object dead when the 304 arrives and fetches it again,
+/// `TCP_REFRESH_MODIFIED`, so the next request is a hit); but the replay handles each
+/// request whole at its lookup time and applies a rule at the rule's own time, after it,
+/// so it never sees a rule land while a request is in flight: it freshens
+/// (`TCP_REFRESH_UNMODIFIED`) and misses next. Which one trove does depends on whether
+/// the rule beat the 304 (both are seen from run to run); when trove freshens, the replay
+/// agrees. Applying a rule recorded between an answer's send and receive times before the
+/// replay reads that answer would close this.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revalidation_raced_by_an_invalidation() {
     for prefix in [false, true] {
@@ -440,7 +439,7 @@ async fn a_revalidation_raced_by_an_invalidation() {
                 (2, "TCP_REFRESH_MODIFIED/200", "TCP_REFRESH_UNMODIFIED/200"),
                 (3, "TCP_MEM_HIT/200", "TCP_MISS/200")
             ],
-            "the replay agrees now: the core checks the race; make this test say so"
+            "the replay agrees now: make this test say so"
         );
     }
 }
