@@ -1,7 +1,11 @@
 //! trove's storage tiers.
 //!
 //! The [`Storage`] trait is the interface the cache core drives (see [`storage`] for why each
-//! method exists); the memory tier is its first implementation.
+//! method exists); the memory tier is its first implementation. Lower tiers (trove-disk's)
+//! plug in behind the same trait ([`tier`]): a lookup's probe answers "on a lower tier, open
+//! it" with a handle whose blocking calls the caller schedules, so nothing here blocks or
+//! needs a runtime to run them, and a body in a file is handed back as a [`FileBody`] to
+//! `sendfile`.
 //!
 //! The memory tier: A [`MemoryStore`] holds [`Object`]s (a response head plus a
 //! [`Body`]) under a byte budget. Its map is split into shards so two cores rarely contend
@@ -32,6 +36,7 @@ mod memory;
 mod object;
 mod slab_list;
 pub mod storage;
+pub mod tier;
 
 pub use body::{Body, BodyError, BodyReader, Spool, SpoolProgress, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo, Sieve, WTinyLfu};
@@ -40,3 +45,4 @@ pub use labels::Labels;
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};
 pub use storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};
+pub use tier::{FileBody, FileHit, FileOpen, Fill, Lower, LowerStats, Mark, Probe, TierMarks};

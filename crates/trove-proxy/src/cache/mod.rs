@@ -37,7 +37,7 @@ use trove_cache::{
     lookup, Action, CacheStatus, Collapse, Conditionals, Entry, Fetch, Fwd, Memo, Outcome, Request,
     ResponseHead, Rules, Tier, CACHE_STATUS,
 };
-use trove_store::{Labels, Object, ObjectHead, Removal, Verdict};
+use trove_store::{FileHit, FileOpen, Labels, Lower, Object, ObjectHead, Probe, Removal, Verdict};
 
 use crate::client::body::{BodyReadError, RequestBody};
 use crate::client::head::{Framing, RequestHead};
@@ -262,18 +262,15 @@ fn destination_refused(why: Refusal) -> Reply {
 
 /// Lookup, then the step the core's verdict calls for.
 async fn cacheable(cx: &Ctx<'_>) -> Reply {
-    // Not in memory but maybe on disk (no I/O to tell).
-    let on_disk = cx
-        .shared
-        .disk
-        .as_ref()
-        .is_some_and(|t| t.should_promote(cx.key()));
+    // Not in memory but maybe on a lower tier (no I/O to tell): open it there first.
     let mut tier = Tier::Memory;
-    if on_disk {
-        if let Some(reply) = sendfile_hit(cx).await {
-            return reply;
+    if let Probe::Lower(lower) = cx.shared.store.probe(cx.key()) {
+        match sendfile_hit(cx, lower).await {
+            Ok(reply) => return reply,
+            Err(Some(lower)) => tier = promote(lower).await,
+            // The blocking task opening it panicked, and the handle with it: a miss.
+            Err(None) => {}
         }
-        tier = promote(cx).await;
     }
     let now = fetch::now();
     let store = &*cx.shared.store;
@@ -328,53 +325,65 @@ async fn cacheable(cx: &Ctx<'_>) -> Reply {
     }
 }
 
-/// A memory miss the disk tier may hold (`Tiered::should_promote`) is loaded into memory
-/// first, verified, on the blocking pool (the cache core never does I/O), so the core's
-/// lookup finds it like any stored object. A large body is inserted at once and filled from disk behind it, clients
-/// following it as it is read. Returns the tier a hit that follows is served from: the
-/// disk when this request read the key from it (the object was not in memory).
-async fn promote(cx: &Ctx<'_>) -> Tier {
-    let Some(tiered) = &cx.shared.disk else {
-        return Tier::Memory;
-    };
-    let t = Arc::clone(tiered);
-    let key = cx.key().to_string();
-    let Ok(fills) = tokio::task::spawn_blocking(move || t.promote(&key)).await else {
+/// A memory miss a lower tier may hold (`Storage::probe`) is loaded into memory first,
+/// verified, on the blocking pool (`Lower::load`; the cache core never does I/O), so the
+/// core's lookup finds it like any stored object. A large body is inserted at once and
+/// filled from disk behind it, on the blocking pool too, clients following it as it is
+/// read. Returns the tier a hit that follows is served from: the disk when this request
+/// read the key from it (the object was not in memory).
+async fn promote(lower: Box<dyn Lower>) -> Tier {
+    let Ok(fills) = tokio::task::spawn_blocking(move || lower.load()).await else {
         return Tier::Memory;
     };
     for f in fills {
-        let t = Arc::clone(tiered);
-        tokio::task::spawn_blocking(move || t.fill(f));
+        tokio::task::spawn_blocking(move || f.run());
     }
     Tier::Disk
 }
 
-/// A memory miss whose object lies on disk with a body of at least `[cache.disk]
+/// A memory miss whose object lies on a lower tier with a body of at least `[cache.disk]
 /// sendfile_min` bytes, asked for by a plain GET (no `Range`): its head is read and the
-/// record verified on the blocking pool (`trove_disk::zero_copy`), the core judges it as it
-/// would a stored object, and a fresh hit is answered with the body sent from the data
-/// file by `sendfile`, not promoted into memory. Anything else the core decides (stale,
-/// revalidate, …) is left to the ordinary path (`None`), which promotes the object.
-async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
-    let tiered = cx.shared.disk.as_ref()?;
-    let min = cx.shared.settings.cache.disk.as_ref()?.sendfile_min;
+/// record verified on the blocking pool (`Lower::open_file`), the core judges it as it
+/// would a stored object, and a fresh hit is answered with the body sent from the tier's
+/// file by `sendfile` (`trove_store::FileBody`), not promoted into memory. Anything else
+/// the core decides (stale, revalidate, …) is left to the ordinary path (`Err`, the handle
+/// back), which promotes the object.
+async fn sendfile_hit(
+    cx: &Ctx<'_>,
+    lower: Box<dyn Lower>,
+) -> Result<Reply, Option<Box<dyn Lower>>> {
+    let Some(min) = cx
+        .shared
+        .settings
+        .cache
+        .disk
+        .as_ref()
+        .map(|d| d.sendfile_min)
+    else {
+        return Err(Some(lower));
+    };
     if cx.req.method != Method::GET || cx.req.headers.contains_key(header::RANGE) {
-        return None;
+        return Err(Some(lower));
     }
     // A record verified earlier whose head is in the page cache is opened here, without
     // the hop to the blocking pool; anything else is opened (and verified) there.
-    let found = match tiered.disk().open_body_cached(cx.key(), min) {
-        trove_disk::Cached::Found(found) => *found,
-        trove_disk::Cached::No => return None,
-        trove_disk::Cached::WouldBlock => {
-            let t = Arc::clone(tiered);
-            let key = cx.key().to_string();
-            tokio::task::spawn_blocking(move || t.disk().open_body(&key, min))
-                .await
-                .ok()??
+    let (lower, found) = match lower.open_file_now(min) {
+        FileOpen::Found(found) => (lower, *found),
+        FileOpen::No => return Err(Some(lower)),
+        FileOpen::WouldBlock => {
+            let opened = tokio::task::spawn_blocking(move || {
+                let found = lower.open_file(min);
+                (lower, found)
+            })
+            .await;
+            match opened {
+                Ok((lower, Some(found))) => (lower, found),
+                Ok((lower, None)) => return Err(Some(lower)),
+                Err(_) => return Err(None),
+            }
         }
     };
-    let trove_disk::OnDisk { head, body } = found;
+    let FileHit { head, body } = found;
     let stored = Arc::new(Object::new(
         cx.key().to_string(),
         String::new(),
@@ -391,7 +400,7 @@ async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
         revalidate: false,
     } = decide::after_lookup(cx.core(), judged, cx.rules(), Memo::Unknown)
     else {
-        return None;
+        return Err(Some(lower));
     };
     let (outcome, status) = by_tier(Tier::Disk, Outcome::MemHit, status);
     let mut reply = deliver::stored(&obj, cx.core(), now, outcome, status, None);
@@ -405,10 +414,10 @@ async fn sendfile_hit(cx: &Ctx<'_>) -> Option<Reply> {
         }
         // 304 or 412: no body.
         ReplyBody::Empty { .. } | ReplyBody::Bytes(_) => {}
-        ReplyBody::Origin(_) | ReplyBody::Disk(_) => return None,
+        ReplyBody::Origin(_) | ReplyBody::Disk(_) => return Err(Some(lower)),
     }
     cx.shared.metrics.count_tier_hit(Tier::Disk);
-    Some(reply)
+    Ok(reply)
 }
 
 /// How a hit is logged by the tier it came from: a fresh hit read from disk is Squid's

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+mod disk;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -539,7 +541,9 @@ impl Trove {
             }];
         }
         f(&mut s);
-        let running = trove_proxy::start(s).await.expect("trove starts");
+        let running = trove_proxy::start_with(s, &disk::DiskTier)
+            .await
+            .expect("trove starts");
         let addr = running.addrs[0].1;
         Trove {
             running,
