@@ -19,6 +19,7 @@
 //! | `index` | fingerprint → packed location, 12 B per entry, sharded |
 //! | `writer` | the writer thread: batches, regions, sealing, reclamation, sync |
 //! | `reader` | reading a record back verified, whole or streamed |
+//! | `readers` | the few threads spooled bodies are read back on, for clients behind their window |
 //! | `spool` | [`DiskSpool`]: a large body written as fragments as it arrives, read back from them |
 //! | `shared` | what the writer, readers and recovery share: settings, stats, the write queue and its jobs, a spool's state |
 //! | `recovery` | rebuilding the index from summaries and one scan |
@@ -46,6 +47,7 @@ pub mod journal;
 mod labels;
 mod meta;
 mod reader;
+mod readers;
 mod recovery;
 mod shared;
 mod spool;

@@ -261,6 +261,12 @@ impl Spool for DiskSpool {
     /// `intact` is false and the tier's lookups drop it) and its head leaves the index, so
     /// the next request is a miss that asks the origin, rather than the same failure at the
     /// same offset on every request (issue 19, defects 1 and 2).
+    /// On the tier's reader threads (`readers`), a few at a time.
+    fn read_at_then(&self, pos: u64, done: Box<dyn FnOnce(std::io::Result<Bytes>) + Send>) {
+        let spool = self.clone();
+        crate::readers::run(Box::new(move || done(spool.read_at(pos))));
+    }
+
     fn read_at(&self, pos: u64) -> std::io::Result<Bytes> {
         let r = self.read(pos);
         if let Err(e) = &r {

@@ -182,8 +182,11 @@ impl trove_store::Journal for JournalHandle {
     fn sync_through(&self, seq: u64) -> std::io::Result<()> {
         self.check(self.journal.sync_through(seq))
     }
-    fn compact(&self, state: &trove_store::invalidation::Snapshot) -> std::io::Result<()> {
-        self.journal.compact(state)
+    fn compact(
+        &self,
+        snapshot: &dyn Fn() -> trove_store::invalidation::Snapshot,
+    ) -> std::io::Result<()> {
+        self.journal.compact(snapshot)
     }
 }
 

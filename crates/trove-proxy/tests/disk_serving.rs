@@ -3,6 +3,8 @@
 //! back byte for byte, a client vanishing mid-send, and a region reclaimed under a slow
 //! client.
 
+#[path = "kit/disk.rs"]
+mod disk_tier;
 mod kit;
 
 use std::time::Duration;
@@ -49,7 +51,7 @@ fn path(i: usize, len: usize) -> String {
 /// A reverse proxy with a memory tier of `memory` bytes over a disk tier in `dir`.
 async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u64) -> Trove {
     let disk = dir.0.join("disk");
-    Trove::reverse(origin, move |s: &mut Settings| {
+    Trove::reverse_over(origin, &disk_tier::DiskTier, move |s: &mut Settings| {
         s.cache.memory = memory;
         s.cache.max_object = memory / 2;
         // Oldest out: what the crowd pushes out of memory is known.

@@ -21,9 +21,12 @@
 //!
 //! Dependencies: `bytes` for cheaply cloneable body chunks (the same type hyper and tokio use,
 //! so a hit is written to the socket without copying), `parking_lot` for small uncontended
-//! locks, `tokio::sync::Notify` to wake readers, `http` for the stored head's types,
+//! locks, `http` for the stored head's types,
 //! `xxhash-rust` (XXH3) for the stable key hashes and `foldhash` for in-memory maps (see
-//! [`hash`] for why two).
+//! [`hash`] for why two). No async runtime: readers and writers of a body wait on a wake
+//! list written here (`wake`), and I/O a lower tier needs is scheduled by that tier or by the
+//! caller ([`tier`], [`Spool::read_at_then`]), so the cache core and the simulator build
+//! without tokio.
 //! The eviction policies are written here by hand: they are the product's core and the
 //! simulator must run exactly this code.
 
@@ -37,6 +40,7 @@ mod object;
 mod slab_list;
 pub mod storage;
 pub mod tier;
+mod wake;
 
 pub use body::{Body, BodyError, BodyReader, Spool, SpoolProgress, StreamLimits};
 pub use eviction::{Eviction, EvictionKind, Lru, S3Fifo, Sieve, WTinyLfu};
