@@ -27,7 +27,7 @@
 #   RUN_BASE     where the temp run dir goes (default /dev/shm: caches, logs and docroot in memory)
 #   BUILD        1 (default) builds trove and trove-ceiling with cargo first; 0 uses existing binaries
 #   TROVE_BIN    trove binary (default: <cargo target dir>/release/trove)
-#   TROVE_BASE_BIN  a second trove binary, the target `trove-base` (same config, port 18091): an
+#   TROVE_BASE_BIN  a second trove binary, the target `trove-base` (same config, port 18095): an
 #                earlier commit measured in the same run, for paired before/after ratios, e.g.
 #                TARGETS="trove-base trove" TROVE_BASE_BIN=/tmp/base/release/trove
 #   CEILING_BIN  trove-ceiling binary (default: <cargo target dir>/release/trove-ceiling)
@@ -182,7 +182,7 @@ port_of() {
         nginx-nopush) echo 18085 ;;
         nginx-nosendfile) echo 18086 ;;
         trove) echo 18090 ;;
-        trove-base) echo 18091 ;;
+        trove-base) echo 18095 ;;
         *) die "unknown target $1" ;;
     esac
 }
@@ -280,12 +280,12 @@ start_trove() {
     launch trove "$dir/stdout" "$TROVE_BIN" serve --config "$dir/trove.toml"
 }
 
-# The same configuration on port 18091, run by $TROVE_BASE_BIN.
+# The same configuration on port 18095, run by $TROVE_BASE_BIN.
 start_trove-base() {
     local dir=$RUN/trove-base
     [[ -x ${TROVE_BASE_BIN:-} ]] || { echo "no TROVE_BASE_BIN given (the binary to compare against)"; return 1; }
     mkdir -p "$dir"
-    render "$PEERS/trove.toml" "$dir/trove.toml" -e "s|127.0.0.1:18090|127.0.0.1:18091|" -e "s|$RUN/trove/|$RUN/trove-base/|g"
+    render "$PEERS/trove.toml" "$dir/trove.toml" -e "s|127.0.0.1:18090|127.0.0.1:18095|" -e "s|$RUN/trove/|$RUN/trove-base/|g"
     launch trove-base "$dir/stdout" "$TROVE_BASE_BIN" serve --config "$dir/trove.toml"
 }
 

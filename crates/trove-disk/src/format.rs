@@ -564,6 +564,13 @@ pub const FRAGMENT_BODY: u64 = 1 << 20;
 /// Bytes of a fragment's meta: spool id (8), fragment number (4), zero (4), offset (8).
 pub const FRAGMENT_META_LEN: usize = 24;
 
+/// The body bytes of every fragment record but a body's last, in a directory of regions
+/// of `size` bytes: [`FRAGMENT_BODY`], or less where a region is too small for that.
+pub(crate) fn fragment_body(size: u64) -> u64 {
+    let max_record = size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN;
+    FRAGMENT_BODY.min(max_record - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN)
+}
+
 /// What a fragment says about itself (its meta section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FragmentMeta {

@@ -18,9 +18,14 @@
 //!   current when their request was sent; after a restart, new rules must be numbered
 //!   above every stamp on disk. Numbers are reserved `RESERVE_BLOCK` at a time by a
 //!   durable reservation record, and a restart goes on above the highest reservation.
+//!   The rule log asks for them ahead of need on its reserver thread
+//!   (`trove_store::invalidation`), never under its lock.
 //! - **Compaction.** When the background sweep retires rules, the journal is rewritten
 //!   with the pending rules only (a new file, synced, renamed over the old one, the
-//!   directory synced): it stays as small as the pending rule log.
+//!   directory synced): it stays as small as the pending rule log. The rule log is not
+//!   locked meanwhile (its snapshot is taken once no flush can run, under `sync_lock`), so
+//!   rules appended during the rewrite stay pending and go to the new file; a lookup never
+//!   waits for the rewrite's syncs.
 //! - **Recovery.** The header and every record are verified (XXH3-64). The header holds
 //!   the *synced length*: the file's length at the last acknowledgement sync, rewritten
 //!   with every flush (the same `fdatasync`). A bad or missing record past it is a torn
@@ -100,6 +105,9 @@ struct Inner {
     /// so it costs a copy there, and the `pwrite` happens with the sync, outside that lock
     /// (a write into a page under writeback can wait milliseconds).
     pending: Vec<u8>,
+    /// Each pending record's end in `pending`, and its rule's number (`None`: a
+    /// reservation), so a compaction keeps the rules appended after its snapshot.
+    pending_marks: Vec<(usize, Option<u64>)>,
     /// Records in the file (rules and reservations), to decide when compaction pays.
     records: u64,
 }
@@ -409,6 +417,7 @@ impl RuleJournal {
                     head,
                     len,
                     pending: Vec::new(),
+                    pending_marks: Vec::new(),
                     records,
                 }),
                 appended: AtomicU64::new(top),
@@ -442,9 +451,11 @@ impl RuleJournal {
     }
 
     /// Queues `bytes` (one record) to be written by the next flush.
-    fn push(&self, bytes: &[u8]) {
+    fn push(&self, bytes: &[u8], rule: Option<u64>) {
         let mut inner = self.inner.lock();
         inner.pending.extend_from_slice(bytes);
+        let end = inner.pending.len();
+        inner.pending_marks.push((end, rule));
         inner.len += bytes.len() as u64;
         inner.records += 1;
     }
@@ -455,6 +466,7 @@ impl RuleJournal {
         let (buf, at, file, target, head) = {
             let mut inner = self.inner.lock();
             let buf = std::mem::take(&mut inner.pending);
+            inner.pending_marks.clear();
             let at = inner.len - buf.len() as u64;
             (
                 buf,
@@ -531,7 +543,7 @@ impl trove_store::Journal for RuleJournal {
         if self.has_failed() {
             return;
         }
-        self.push(&record(KIND_RULE, rule.seq, Some(rule)));
+        self.push(&record(KIND_RULE, rule.seq, Some(rule)), Some(rule.seq));
         self.appended.fetch_max(rule.seq, Ordering::AcqRel);
     }
 
@@ -542,7 +554,12 @@ impl trove_store::Journal for RuleJournal {
             ));
         }
         let one = self.sync_lock.lock();
-        self.push(&record(KIND_RESERVE, upto, None));
+        self.push(&record(KIND_RESERVE, upto, None), None);
+        {
+            // What a compaction's header carries on (the rule log learns of it after).
+            let mut inner = self.inner.lock();
+            inner.head.0 = inner.head.0.max(upto);
+        }
         let r = self.flush(&one);
         match r {
             Ok(target) => {
@@ -581,24 +598,33 @@ impl trove_store::Journal for RuleJournal {
         }
     }
 
-    fn compact(&self, state: &Snapshot) -> std::io::Result<()> {
+    fn compact(&self, snapshot: &dyn Fn() -> Snapshot) -> std::io::Result<()> {
         if self.has_failed() {
             return Err(std::io::Error::other(
                 "the invalidation journal failed earlier",
             ));
         }
-        // No flush in flight meanwhile (it would write into the file being replaced).
+        // No flush or reservation in flight meanwhile (it would write into the file being
+        // replaced). Appends go on: into `pending`, taken over below. The rule log is not
+        // locked meanwhile (issue 21: a lookup never waits for this sync).
         let _one = self.sync_lock.lock();
-        let mut inner = self.inner.lock();
+        // Taken now: every rule a flush wrote to the old file (flushes hold `sync_lock`) is
+        // in it or retired, and every later one is pending.
+        let state = &snapshot();
+        let (records, reserved) = {
+            let inner = self.inner.lock();
+            (inner.records, inner.head.0)
+        };
         // Not worth a rewrite until most of the file is retired rules.
-        if inner.records < 2 * state.rules.len() as u64 + 1024 {
+        if records < 2 * state.rules.len() as u64 + 1024 {
             return Ok(());
         }
         let r = (|| {
             let tmp = self.dir.join(TMP);
             let mut out = Vec::with_capacity(HEADER_LEN + state.rules.len() * 48);
             let head = (
-                state.reserved,
+                // A reservation made durable after the snapshot is carried on.
+                state.reserved.max(reserved),
                 state.floor,
                 self.disk_checked.load(Ordering::Acquire),
             );
@@ -632,16 +658,25 @@ impl trove_store::Journal for RuleJournal {
         })();
         match r {
             Ok((f, len, head)) => {
-                inner.head = head;
-                // The pending records' rules are in `state` (appended under the rule log's
-                // lock, which the caller holds): written with it.
-                inner.pending.clear();
+                let mut inner = self.inner.lock();
+                // Pending records of rules in `state` are written with it; those appended
+                // after the snapshot (above `through`) stay pending, for the new file.
+                let (mut kept, mut marks, mut from) = (Vec::new(), Vec::new(), 0);
+                for &(end, rule) in &inner.pending_marks {
+                    if rule.is_some_and(|seq| seq > state.through) {
+                        kept.extend_from_slice(&inner.pending[from..end]);
+                        marks.push((kept.len(), rule));
+                    }
+                    from = end;
+                }
+                inner.head = (head.0.max(inner.head.0), head.1, head.2);
+                inner.records = (state.rules.len() + marks.len()) as u64;
+                inner.len = len + kept.len() as u64;
+                inner.pending = kept;
+                inner.pending_marks = marks;
                 inner.file = Arc::new(f);
-                inner.len = len;
-                inner.records = state.rules.len() as u64;
-                // Every rule appended so far is in the new file, synced.
-                self.synced
-                    .fetch_max(self.appended.load(Ordering::Acquire), Ordering::AcqRel);
+                // Every rule in the snapshot is in the new file, synced.
+                self.synced.fetch_max(state.through, Ordering::AcqRel);
                 Ok(())
             }
             Err(e) => {
@@ -757,16 +792,23 @@ mod tests {
             reserved: 8192,
             floor: 2990,
             rules: (2991..=3000).map(|s| rule(s, Selector::Key(s))).collect(),
+            through: 3000,
         };
-        j.compact(&state).unwrap();
-        j.append(&rule(3001, Selector::Tag(1)));
-        j.sync_through(3001).unwrap();
+        // Appended after the snapshot, while it is rewritten (the rule log is not locked
+        // across a compaction): kept.
+        j.append(&rule(3001, Selector::Tag(2)));
+        j.compact(&|| state.clone()).unwrap();
+        j.append(&rule(3002, Selector::Tag(1)));
+        j.sync_through(3002).unwrap();
         drop(j);
         let (_, r) = RuleJournal::open(&d, Arc::default()).unwrap();
         assert_eq!(r.snapshot.floor, 2990);
         assert_eq!(r.snapshot.reserved, 8192);
         assert_eq!(r.disk_checked, 2990);
-        assert_eq!(r.snapshot.rules.len(), 11);
+        assert_eq!(
+            r.snapshot.rules.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (2991..=3002).collect::<Vec<_>>()
+        );
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -114,40 +114,9 @@ pub struct Stats {
     pub journal_damaged: AtomicU64,
 }
 
-/// A snapshot of [`Stats`] and the index's size.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DiskStats {
-    pub objects: u64,
-    pub index_bytes: u64,
-    pub capacity: u64,
-    pub bytes: u64,
-    pub writes: u64,
-    pub write_bytes: u64,
-    pub writes_dropped: u64,
-    pub writes_queued: u64,
-    pub writes_shed: u64,
-    pub writes_late: u64,
-    pub write_delay_max_micros: u64,
-    /// What the write queue admits now, in bytes (see [`DiskConfig::sync_interval`]).
-    pub queue_limit: u64,
-    pub hits: u64,
-    pub corrupt: u64,
-    pub regions_reclaimed: u64,
-    pub reinserted: u64,
-    pub io_errors: u64,
-    pub recovered_objects: u64,
-    pub recovery_micros: u64,
-    pub ready: bool,
-    pub failed: bool,
-    pub passes: u64,
-    pub pass_removed: u64,
-    pub regions_discarded: u64,
-    pub journal_damaged: u64,
-    /// Acknowledgement syncs of the invalidation journal, and the time they took.
-    pub journal_syncs: u64,
-    pub journal_sync_nanos: u64,
-    pub journal_bytes: u64,
-}
+/// A snapshot of [`Stats`] and the index's size: the storage interface's figures of a lower
+/// tier, so the proxy reports them without naming this crate.
+pub type DiskStats = trove_store::LowerStats;
 
 /// The writer's measured speed, bytes per second of work: what the queue may hold so that
 /// an object acknowledged now is in the file within the crash bound.
@@ -221,14 +190,14 @@ pub(crate) enum Job {
     },
     /// A piece of a body being spooled (`spool`), as a fragment record.
     Fragment {
-        spool: crate::spool::DiskSpool,
+        spool: Arc<SpoolState>,
         offset: u64,
         body: Vec<Bytes>,
         progress: trove_store::SpoolProgress,
     },
     /// A spooled body's head, after its last fragment: the object becomes findable.
     SpoolHead {
-        spool: crate::spool::DiskSpool,
+        spool: Arc<SpoolState>,
         len: u64,
         key: String,
         variant: String,
@@ -238,6 +207,56 @@ pub(crate) enum Job {
         queued_at: Instant,
     },
     Flush(Arc<(Mutex<bool>, Condvar)>),
+}
+
+/// The writer's side of a spool: what it placed so far (in order), and the running
+/// checksum of the body.
+pub(crate) struct Placed {
+    pub fragments: Vec<crate::format::FragmentRef>,
+    pub hasher: xxhash_rust::xxh3::Xxh3,
+}
+
+/// A spool's state, shared by its [`crate::DiskSpool`] handles and the writer's jobs (here,
+/// beside [`Job`], so the queue's types need nothing of the spool's module).
+pub(crate) struct SpoolState {
+    pub shared: Arc<Shared>,
+    pub fingerprint: u64,
+    pub key_hash: u64,
+    /// Random per spool (see `FragmentMeta::spool`).
+    pub id: u64,
+    pub piece: u64,
+    /// The whole body's length once handed over ([`Spool::finish`]); `u64::MAX` before.
+    pub finished: AtomicU64,
+    pub placed: Mutex<Placed>,
+    /// Fragments written (their batch is in the file), readable, each with where its bytes
+    /// end in the body.
+    pub written: Mutex<Vec<(crate::format::FragmentRef, u64)>>,
+    /// 0 going on, 1 abandoned, 2 failed.
+    pub state: std::sync::atomic::AtomicU8,
+    /// The head's index location, for a body at rest: a corrupt fragment drops it.
+    pub at: Option<crate::index::Loc>,
+    /// A fragment was found corrupt: the body is of no use any more.
+    pub broken: std::sync::atomic::AtomicBool,
+}
+
+/// A spool's [`SpoolState::state`]: going on, abandoned, failed.
+pub(crate) const SPOOL_GOING: u8 = 0;
+pub(crate) const SPOOL_ABANDONED: u8 = 1;
+pub(crate) const SPOOL_FAILED: u8 = 2;
+
+impl SpoolState {
+    pub(crate) fn going(&self) -> bool {
+        self.state.load(Ordering::Acquire) == SPOOL_GOING
+    }
+
+    pub(crate) fn fail(&self) {
+        let _ = self.state.compare_exchange(
+            SPOOL_GOING,
+            SPOOL_FAILED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
 }
 
 /// A removal made while the index was still coming back, applied when it is.

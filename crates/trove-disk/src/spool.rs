@@ -22,7 +22,7 @@
 //! that rots on disk after the first read is not caught until the next start). A read
 //! returns at most 256 KiB, copied, so a slow client holds no more than that. Fragment `i`
 //! holds bytes `i × piece` onward, `piece` being fixed by the region size
-//! ([`crate::writer::fragment_body`]).
+//! ([`crate::format::fragment_body`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,60 +33,16 @@ use trove_store::{Spool, SpoolProgress};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::{
-    FragmentList, FragmentMeta, FragmentRef, Kind, Record, FRAGMENT_META_LEN, RECORD_HEADER_LEN,
+    FragmentList, FragmentMeta, Kind, Record, FRAGMENT_META_LEN, RECORD_HEADER_LEN,
 };
 use crate::index::Loc;
-use crate::shared::{Job, Shared};
-
-/// The writer's side of a spool: what it placed so far (in order), and the running
-/// checksum of the body.
-pub(crate) struct Placed {
-    pub fragments: Vec<FragmentRef>,
-    pub hasher: Xxh3,
-}
-
-pub(crate) struct Inner {
-    pub shared: Arc<Shared>,
-    pub fingerprint: u64,
-    pub key_hash: u64,
-    /// Random per spool (see `FragmentMeta::spool`).
-    pub id: u64,
-    pub piece: u64,
-    /// The whole body's length once handed over ([`Spool::finish`]); `u64::MAX` before.
-    pub finished: AtomicU64,
-    pub placed: Mutex<Placed>,
-    /// Fragments written (their batch is in the file), readable, each with where its bytes
-    /// end in the body.
-    pub written: Mutex<Vec<(FragmentRef, u64)>>,
-    /// 0 going on, 1 abandoned, 2 failed.
-    pub state: std::sync::atomic::AtomicU8,
-    /// The head's index location, for a body at rest: a corrupt fragment drops it.
-    pub at: Option<Loc>,
-    /// A fragment was found corrupt: the body is of no use any more.
-    pub broken: std::sync::atomic::AtomicBool,
-}
+use crate::shared::{Job, Placed, Shared, SpoolState, SPOOL_ABANDONED, SPOOL_GOING};
 
 /// The most bytes one read returns, so a reader (a slow client) holds at most this much.
 const READ: u64 = crate::reader::CHUNK;
 
 /// Where a fragment record's body starts: its key, variant and labels are empty.
 const BODY_AT: u64 = (RECORD_HEADER_LEN + FRAGMENT_META_LEN) as u64;
-
-const GOING: u8 = 0;
-const ABANDONED: u8 = 1;
-const FAILED: u8 = 2;
-
-impl Inner {
-    pub(crate) fn going(&self) -> bool {
-        self.state.load(Ordering::Acquire) == GOING
-    }
-
-    pub(crate) fn fail(&self) {
-        let _ = self
-            .state
-            .compare_exchange(GOING, FAILED, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
 
 /// A read of the data file failed: counted in `trove_disk_io_errors_total`.
 fn count_io_error(shared: &Shared) {
@@ -95,7 +51,7 @@ fn count_io_error(shared: &Shared) {
 
 /// See the module docs.
 #[derive(Clone)]
-pub struct DiskSpool(pub(crate) Arc<Inner>);
+pub struct DiskSpool(pub(crate) Arc<SpoolState>);
 
 impl std::fmt::Debug for DiskSpool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,8 +77,8 @@ impl DiskSpool {
     pub(crate) fn arriving(shared: Arc<Shared>, key: &str, variant: &str) -> DiskSpool {
         let fingerprint = trove_store::hash::fingerprint(key, variant);
         let key_hash = trove_store::hash::key_hash(key);
-        let piece = crate::writer::fragment_body(shared.dir.region_size());
-        DiskSpool(Arc::new(Inner {
+        let piece = crate::format::fragment_body(shared.dir.region_size());
+        DiskSpool(Arc::new(SpoolState {
             shared,
             fingerprint,
             key_hash,
@@ -134,7 +90,7 @@ impl DiskSpool {
                 hasher: Xxh3::new(),
             }),
             written: Mutex::new(Vec::new()),
-            state: std::sync::atomic::AtomicU8::new(GOING),
+            state: std::sync::atomic::AtomicU8::new(SPOOL_GOING),
             at: None,
             broken: std::sync::atomic::AtomicBool::new(false),
         }))
@@ -148,7 +104,7 @@ impl DiskSpool {
         at: Loc,
         list: FragmentList,
     ) -> DiskSpool {
-        let piece = crate::writer::fragment_body(shared.dir.region_size());
+        let piece = crate::format::fragment_body(shared.dir.region_size());
         let n = list.fragments.len() as u64;
         let written = list
             .fragments
@@ -166,7 +122,7 @@ impl DiskSpool {
                 )
             })
             .collect();
-        DiskSpool(Arc::new(Inner {
+        DiskSpool(Arc::new(SpoolState {
             shared,
             fingerprint,
             key_hash,
@@ -178,7 +134,7 @@ impl DiskSpool {
                 hasher: Xxh3::new(),
             }),
             written: Mutex::new(written),
-            state: std::sync::atomic::AtomicU8::new(ABANDONED),
+            state: std::sync::atomic::AtomicU8::new(SPOOL_ABANDONED),
             at: Some(at),
             broken: std::sync::atomic::AtomicBool::new(false),
         }))
@@ -266,7 +222,7 @@ impl Spool for DiskSpool {
             return false;
         }
         self.push(Job::Fragment {
-            spool: self.clone(),
+            spool: Arc::clone(&self.0),
             offset,
             body: piece,
             progress,
@@ -279,10 +235,12 @@ impl Spool for DiskSpool {
     }
 
     fn abandon(&self) {
-        let _ =
-            self.0
-                .state
-                .compare_exchange(GOING, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.0.state.compare_exchange(
+            SPOOL_GOING,
+            SPOOL_ABANDONED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// True while every fragment written is still where it was (its region not reused).
@@ -303,6 +261,12 @@ impl Spool for DiskSpool {
     /// `intact` is false and the tier's lookups drop it) and its head leaves the index, so
     /// the next request is a miss that asks the origin, rather than the same failure at the
     /// same offset on every request (issue 19, defects 1 and 2).
+    /// On the tier's reader threads (`readers`), a few at a time.
+    fn read_at_then(&self, pos: u64, done: Box<dyn FnOnce(std::io::Result<Bytes>) + Send>) {
+        let spool = self.clone();
+        crate::readers::run(Box::new(move || done(spool.read_at(pos))));
+    }
+
     fn read_at(&self, pos: u64) -> std::io::Result<Bytes> {
         let r = self.read(pos);
         if let Err(e) = &r {

@@ -27,6 +27,7 @@ use crate::shared::{
     DiskConfig, DiskStats, DrainRate, Job, LateRemoval, Shared, Stats, ALL_SALT, FAILED, READY,
     RECOVERING,
 };
+use crate::zero_copy::{self, Blocked, Cached, Mode, OnDisk};
 
 /// The disk tier (see the module docs). Dropping it stops the writer after it has written
 /// what was queued.
@@ -261,7 +262,7 @@ impl DiskStore {
             .writes_queued
             .fetch_add(1, Ordering::Relaxed);
         self.push(Job::SpoolHead {
-            spool: spool.clone(),
+            spool: Arc::clone(&spool.0),
             len,
             key: obj.key.clone(),
             variant: obj.variant.clone(),
@@ -508,6 +509,69 @@ impl Drop for DiskStore {
         self.shared.wake.notify_all();
         if let Some(w) = self.writer.take() {
             let _ = w.join();
+        }
+    }
+}
+
+/// Zero-copy hits (see [`crate::zero_copy`]): here, not there, so that module needs nothing
+/// of this one.
+impl DiskStore {
+    /// The unvaried object of `key`, if on disk with a body of at least `min_len` bytes,
+    /// verified (see the module docs), its body left on disk to be sent from the file
+    /// (blocking I/O: call it from a blocking pool). `None` when there is none, when the
+    /// key has variants, when the body is smaller, or when this directory can't do
+    /// zero-copy sends. A corrupt record is dropped and counted, as on any read.
+    pub fn open_body(&self, key: &str, min_len: u64) -> Option<OnDisk> {
+        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
+            return None;
+        }
+        if !self.shared.varied.get(key_hash(key)).is_empty() {
+            return None;
+        }
+        let fp = fingerprint(key, "");
+        let loc = self.shared.index.get(fp)?;
+        match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
+            Ok(Some(found)) => {
+                self.shared.index.mark_accessed(fp);
+                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                Some(found)
+            }
+            Ok(None) | Err(Blocked::WouldBlock) => None,
+            Err(Blocked::Read(e)) => {
+                self.drop_corrupt(fp, loc, &e);
+                None
+            }
+        }
+    }
+}
+
+impl DiskStore {
+    /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
+    /// verified whose head is in the page cache: the head is read with `RWF_NOWAIT`, so an
+    /// async runtime thread may call this, and only the rest go to a blocking pool.
+    pub fn open_body_cached(&self, key: &str, min_len: u64) -> Cached {
+        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
+            return Cached::No;
+        }
+        if !self.shared.varied.get(key_hash(key)).is_empty() {
+            return Cached::No;
+        }
+        let fp = fingerprint(key, "");
+        let Some(loc) = self.shared.index.get(fp) else {
+            return Cached::No;
+        };
+        match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Cached) {
+            Ok(Some(found)) => {
+                self.shared.index.mark_accessed(fp);
+                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                Cached::Found(Box::new(found))
+            }
+            Ok(None) => Cached::No,
+            Err(Blocked::WouldBlock) => Cached::WouldBlock,
+            Err(Blocked::Read(e)) => {
+                self.drop_corrupt(fp, loc, &e);
+                Cached::No
+            }
         }
     }
 }

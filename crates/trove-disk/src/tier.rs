@@ -10,11 +10,19 @@
 //!   victim whose body is still arriving is written when it completes: its fill keeps the
 //!   body whole meanwhile ([`Storage::wants`]), within a quarter of the memory tier's budget
 //!   for all such bodies together.
-//! - **Promotion.** A memory miss the disk index may hold is loaded by the proxy's driver
-//!   ([`Tiered::promote`], blocking I/O, on the blocking pool: never inside a cache-core
-//!   decision) into the memory tier, verified, whole when small; a large body is inserted
-//!   at once and filled from disk as it is read ([`Tiered::fill`]), clients following it like
-//!   any body being stored, and it never completes if its checksum fails.
+//! - **Promotion.** A memory miss the disk index may hold is answered by
+//!   [`Storage::probe`] (no I/O) with a handle ([`trove_store::Lower`]) that the caller runs
+//!   where blocking is allowed (the proxy: its blocking pool; never inside a cache-core
+//!   decision). Its `load` ([`Tiered::promote`]) reads the key into the memory tier,
+//!   verified, whole when small; a large body is inserted at once and filled from disk as it
+//!   is read (the work it hands back, [`Tiered::fill`]), clients following it like any body
+//!   being stored, and it never completes if its checksum fails. Its `open_file` hands a
+//!   large unvaried body back as a [`trove_store::FileBody`] to `sendfile`
+//!   ([`crate::zero_copy`]), not promoted.
+//! - **Per-object state on the object.** Whether an object's snapshot is on disk already
+//!   (evicting it writes nothing) and whether it is being promoted are its
+//!   [`trove_store::TierMarks`]; what remains here are registries the tier must search by
+//!   key: objects evicted while arriving (bounded in bytes), spools, recent promotions.
 //! - **Spooling.** A body too large for memory (declared, or grown past
 //!   [`Tiered::spool_above`] while arriving) is written to disk as it arrives
 //!   ([`crate::DiskSpool`]), memory holding only a window of it; clients collapsed onto its
@@ -23,13 +31,14 @@
 //!   promoting it whole.
 //! - **Removal.** Purges and invalidations reach both tiers; the disk keeps a tombstone.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use trove_store::tier::Fill as Work;
 use trove_store::{
-    Body, BodyError, EvictionHook, MemoryStore, Object, ObjectHead, Refused, Removal, Storage,
-    StoreStats, StreamLimits,
+    Body, BodyError, EvictionHook, FileHit, FileOpen, Lower, LowerStats, Mark, MemoryStore, Object,
+    ObjectHead, Probe, Refused, Removal, Storage, StoreStats, StreamLimits,
 };
 
 use crate::reader::BodyStream;
@@ -38,9 +47,6 @@ use crate::store::DiskStore;
 
 /// Bodies up to this size are read from disk whole, in one read; larger ones stream.
 pub const WHOLE_LIMIT: u64 = 1 << 20;
-
-/// Memory-tier object ids whose current snapshot is on disk or queued for it.
-type Persisted = Arc<Mutex<HashSet<u64>>>;
 
 /// Objects evicted while their body was still arriving, to be written to disk when it
 /// completes. Their fills keep their bodies whole until then (see [`Tiered::wants`]),
@@ -140,10 +146,6 @@ impl Recent {
     }
 }
 
-/// Body addresses of objects being promoted: the memory tier may evict them within the
-/// very insert that promotes them, and they are on disk already.
-type FromDisk = Arc<Mutex<HashSet<usize>>>;
-
 /// The journal as the memory tier's rule log sees it: a failure of the journal fails the
 /// disk tier too (memory-only from then on: no object on disk is served or written while
 /// rules can't be kept). The store is held weakly: it holds the rule log, which holds this.
@@ -180,8 +182,11 @@ impl trove_store::Journal for JournalHandle {
     fn sync_through(&self, seq: u64) -> std::io::Result<()> {
         self.check(self.journal.sync_through(seq))
     }
-    fn compact(&self, state: &trove_store::invalidation::Snapshot) -> std::io::Result<()> {
-        self.journal.compact(state)
+    fn compact(
+        &self,
+        snapshot: &dyn Fn() -> trove_store::invalidation::Snapshot,
+    ) -> std::io::Result<()> {
+        self.journal.compact(snapshot)
     }
 }
 
@@ -192,23 +197,15 @@ pub const DISK_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(
 
 struct Demote {
     disk: Arc<DiskStore>,
-    persisted: Persisted,
     /// Ids of objects evicted while their body was still arriving: written to disk when it
     /// completes (`Tiered::recharge`), as they would have been had they stayed.
     arriving: Arriving,
-    from_disk: FromDisk,
 }
 
 impl EvictionHook for Demote {
     fn evicted(&self, obj: Arc<Object>) {
-        if self.persisted.lock().remove(&obj.id()) {
-            return;
-        }
-        if self
-            .from_disk
-            .lock()
-            .contains(&(Arc::as_ptr(&obj.body) as usize))
-        {
+        // On disk already (its snapshot written, or being promoted from there).
+        if obj.marks().has(Mark::OnLower) || obj.marks().has(Mark::Promoting) {
             return;
         }
         if obj.body.outcome().is_none() {
@@ -261,13 +258,15 @@ pub struct Fill {
     stream: Box<BodyStream>,
 }
 
-/// See the module docs.
-pub struct Tiered {
+/// See the module docs: the tiered store as the storage interface hands it out, its state
+/// shared with the handles its lookups hand back ([`Storage::probe`]).
+pub struct Tiered(Arc<Inner>);
+
+/// The tiered store itself.
+struct Inner {
     memory: MemoryStore,
     disk: Arc<DiskStore>,
-    persisted: Persisted,
     arriving: Arriving,
-    from_disk: FromDisk,
     recent: Mutex<Recent>,
     /// When the last disk pass ended and how long it took, and whether the last `scan`
     /// included a whole one.
@@ -280,7 +279,7 @@ pub struct Tiered {
     spool_keys: std::sync::atomic::AtomicUsize,
 }
 
-impl std::fmt::Debug for Tiered {
+impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tiered")
             .field("memory", &self.memory)
@@ -289,11 +288,100 @@ impl std::fmt::Debug for Tiered {
     }
 }
 
+impl std::fmt::Debug for Tiered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 impl Tiered {
     /// `memory` (built without an eviction hook) over `disk`. The rule log the disk's
     /// journal kept is handed to the memory tier's `Invalidations` first, and every rule
     /// made from now on is journaled.
     pub fn new(memory: MemoryStore, disk: DiskStore) -> Tiered {
+        Tiered(Arc::new(Inner::new(memory, disk)))
+    }
+
+    /// Spools large bodies as `config` says (default: [`SpoolConfig::default`]). Set before
+    /// the store is used: a store already handed out keeps its settings.
+    pub fn with_spool(mut self, config: SpoolConfig) -> Tiered {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.spool = config;
+        }
+        self
+    }
+
+    /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]); set before
+    /// the store is used, like [`Tiered::with_spool`].
+    pub fn with_pass_every(mut self, every: std::time::Duration) -> Tiered {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.pass_every = every;
+        }
+        self
+    }
+
+    pub fn disk(&self) -> &DiskStore {
+        &self.0.disk
+    }
+
+    /// True when a memory miss for `key` should be tried on disk first (no I/O): what
+    /// [`Storage::probe`] answers [`Probe::Lower`] for.
+    pub fn should_promote(&self, key: &str) -> bool {
+        self.0.should_promote(key)
+    }
+
+    /// Loads `key`'s variants from disk into memory (blocking I/O): [`Lower::load`]. Small
+    /// bodies arrive whole; each large one is returned as a [`Fill`] for [`Tiered::fill`].
+    pub fn promote(&self, key: &str) -> Vec<Fill> {
+        self.0.promote(key)
+    }
+
+    /// Reads a large promoted body from disk into its object (blocking I/O).
+    pub fn fill(&self, f: Fill) {
+        self.0.fill(f)
+    }
+}
+
+/// A key the disk may hold and memory does not: the handle [`Storage::probe`] hands out.
+struct DiskKey {
+    tiered: Arc<Inner>,
+    key: String,
+}
+
+impl Lower for DiskKey {
+    fn open_file_now(&self, min: u64) -> FileOpen {
+        match self.tiered.disk.open_body_cached(&self.key, min) {
+            crate::Cached::Found(found) => FileOpen::Found(Box::new(file_hit(*found))),
+            crate::Cached::No => FileOpen::No,
+            crate::Cached::WouldBlock => FileOpen::WouldBlock,
+        }
+    }
+
+    fn open_file(&self, min: u64) -> Option<FileHit> {
+        self.tiered.disk.open_body(&self.key, min).map(file_hit)
+    }
+
+    fn load(&self) -> Vec<Work> {
+        self.tiered
+            .promote(&self.key)
+            .into_iter()
+            .map(|f| {
+                let t = Arc::clone(&self.tiered);
+                Work::new(move || t.fill(f))
+            })
+            .collect()
+    }
+}
+
+fn file_hit(found: crate::OnDisk) -> FileHit {
+    FileHit {
+        head: found.head,
+        body: Box::new(found.body),
+    }
+}
+
+impl Inner {
+    fn new(memory: MemoryStore, disk: DiskStore) -> Inner {
         let disk = Arc::new(disk);
         if let Some(inv) = memory.invalidations() {
             if let Some(restored) = disk.take_restored() {
@@ -307,24 +395,18 @@ impl Tiered {
             }
             disk.attach(Arc::clone(inv));
         }
-        let persisted: Persisted = Arc::default();
         let arriving: Arriving = Arc::new(Mutex::new(ArrivingSet {
             limit: memory.stats().capacity / ARRIVING_SHARE,
             ..ArrivingSet::default()
         }));
-        let from_disk: FromDisk = Arc::default();
         let memory = memory.with_eviction_hook(Arc::new(Demote {
             disk: Arc::clone(&disk),
-            persisted: Arc::clone(&persisted),
             arriving: Arc::clone(&arriving),
-            from_disk: Arc::clone(&from_disk),
         }));
-        Tiered {
+        Inner {
             memory,
             disk,
-            persisted,
             arriving,
-            from_disk,
             recent: Mutex::default(),
             last_pass: Mutex::new(None),
             pass_every: DISK_PASS_EVERY,
@@ -333,12 +415,6 @@ impl Tiered {
             spooling: Mutex::default(),
             spool_keys: std::sync::atomic::AtomicUsize::new(0),
         }
-    }
-
-    /// Spools large bodies as `config` says (default: [`SpoolConfig::default`]).
-    pub fn with_spool(mut self, config: SpoolConfig) -> Tiered {
-        self.spool = config;
-        self
     }
 
     /// Starts spooling `obj` (its body still arriving, `len` bytes or more): out of the
@@ -423,24 +499,13 @@ impl Tiered {
         }
     }
 
-    /// Passes over the disk at most this often (default [`DISK_PASS_EVERY`]).
-    pub fn with_pass_every(mut self, every: std::time::Duration) -> Tiered {
-        self.pass_every = every;
-        self
-    }
-
-    pub fn disk(&self) -> &DiskStore {
-        &self.disk
-    }
-
-    /// True when a memory miss for `key` should be tried on disk first (no I/O).
-    pub fn should_promote(&self, key: &str) -> bool {
+    fn should_promote(&self, key: &str) -> bool {
         self.disk.may_hold(key) && self.lookup(key).is_empty()
     }
 
     /// Loads `key`'s variants from disk into memory (blocking I/O). Small bodies arrive
     /// whole; each large one is returned as a [`Fill`] for [`Tiered::fill`] to run.
-    pub fn promote(&self, key: &str) -> Vec<Fill> {
+    fn promote(&self, key: &str) -> Vec<Fill> {
         let mut fills = Vec::new();
         for l in self.disk.load(key, WHOLE_LIMIT) {
             if self.lookup(key).iter().any(|o| o.variant == l.variant) {
@@ -462,18 +527,18 @@ impl Tiered {
                 LoadedBody::Whole(b) => (Body::complete(b), None),
                 LoadedBody::Stream(s) => (Body::new(Some(s.len())), Some(s)),
             };
-            let at = Arc::as_ptr(&body) as usize;
-            self.from_disk.lock().insert(at);
             let obj = Object::new(l.key, l.variant, l.head, body);
-            let inserted = self.memory.insert(obj);
-            self.from_disk.lock().remove(&at);
-            let Ok(obj) = inserted else {
+            // The memory tier may evict it within the very insert that promotes it, and it
+            // is on disk already.
+            obj.marks().set(Mark::Promoting);
+            let Ok(obj) = self.memory.insert(obj) else {
                 continue;
             };
             if self.memory.holds(&obj) && stream.is_none() {
                 // Already on disk, as it is: no need to write it again when evicted.
-                self.persisted.lock().insert(obj.id());
+                obj.marks().set(Mark::OnLower);
             }
+            obj.marks().clear(Mark::Promoting);
             self.recent.lock().add(Arc::clone(&obj));
             if let Some(stream) = stream {
                 fills.push(Fill { obj, stream });
@@ -485,7 +550,7 @@ impl Tiered {
     /// Reads a large promoted body from disk into its object (blocking I/O). A read error or
     /// a checksum mismatch fails the body (readers see the error, never a complete body)
     /// and removes the object.
-    pub fn fill(&self, mut f: Fill) {
+    fn fill(&self, mut f: Fill) {
         loop {
             match self.disk.stream(&mut f.stream) {
                 Ok(Some(b)) => {
@@ -495,7 +560,7 @@ impl Tiered {
                 }
                 Ok(None) => {
                     f.obj.body.finish(Ok(()));
-                    self.persisted.lock().insert(f.obj.id());
+                    f.obj.marks().set(Mark::OnLower);
                     self.memory.recharge(&f.obj);
                     return;
                 }
@@ -513,11 +578,11 @@ impl Tiered {
         if obj.body.outcome() != Some(Ok(())) {
             return;
         }
-        if !self.persisted.lock().insert(obj.id()) {
+        if !obj.marks().set(Mark::OnLower) {
             return;
         }
         if !self.disk.write(obj) {
-            self.persisted.lock().remove(&obj.id());
+            obj.marks().clear(Mark::OnLower);
         }
     }
 
@@ -531,15 +596,13 @@ impl Tiered {
     }
 
     fn forget(&self, key: &str) {
-        let ids: Vec<u64> = self.memory.lookup(key).iter().map(|o| o.id()).collect();
-        let mut p = self.persisted.lock();
-        for id in ids {
-            p.remove(&id);
+        for o in self.memory.lookup(key) {
+            o.marks().clear(Mark::OnLower);
         }
     }
 }
 
-impl Storage for Tiered {
+impl Storage for Inner {
     /// The memory tier's rule log and tag index, journaled on disk. Records carry their
     /// objects' labels (tags, named cache, stamps), so every kind of rule reaches an
     /// object promoted from disk.
@@ -630,7 +693,7 @@ impl Storage for Tiered {
                 .into_iter()
                 .find(|o| o.variant == obj.variant)
             {
-                self.persisted.lock().remove(&old.id());
+                old.marks().clear(Mark::OnLower);
                 self.memory.remove_object(&old, Removal::Replaced);
             }
             return if self.start_spool(&obj, declared) {
@@ -645,7 +708,7 @@ impl Storage for Tiered {
             .iter()
             .find(|o| o.variant == obj.variant)
         {
-            self.persisted.lock().remove(&old.id());
+            old.marks().clear(Mark::OnLower);
         }
         let stored = self.memory.insert(obj)?;
         self.persist(&stored);
@@ -653,9 +716,8 @@ impl Storage for Tiered {
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
+        // The disk copy has the old head: write the new one (a new snapshot, unmarked).
         let updated = self.memory.update_meta(obj, head)?;
-        // The disk copy has the old head: write the new one.
-        self.persisted.lock().remove(&updated.id());
         self.persist(&updated);
         Some(updated)
     }
@@ -687,7 +749,7 @@ impl Storage for Tiered {
             }
             return true;
         }
-        self.persisted.lock().remove(&obj.id());
+        obj.marks().clear(Mark::OnLower);
         self.arriving.lock().remove(obj.id());
         {
             let mut recent = self.recent.lock();
@@ -733,14 +795,14 @@ impl Storage for Tiered {
             return;
         }
         self.memory.recharge(obj);
-        if obj.body.outcome() == Some(Ok(())) && !self.persisted.lock().contains(&obj.id()) {
+        if obj.body.outcome() == Some(Ok(())) {
             if let Some(stored) = self
                 .memory
                 .lookup(&obj.key)
                 .into_iter()
                 .find(|o| o.id() == obj.id())
             {
-                self.persist(&stored);
+                self.persist(&stored); // Nothing if it is on disk already.
             }
         }
     }
@@ -778,7 +840,7 @@ impl Storage for Tiered {
         }
         self.arriving.lock().remove(obj.id());
         // Out of the memory tier (its budget), not lost: findable while it arrives.
-        self.persisted.lock().remove(&obj.id());
+        obj.marks().clear(Mark::OnLower);
         self.memory.remove_object(obj, Removal::TooLarge);
         true
     }
@@ -791,6 +853,79 @@ impl Storage for Tiered {
 
     fn stats(&self) -> StoreStats {
         self.memory.stats()
+    }
+}
+
+/// The storage interface: `Inner`'s, plus the probe that hands out [`DiskKey`]s.
+impl Storage for Tiered {
+    /// [`Probe::Lower`] for a memory miss the disk index may hold (no I/O).
+    fn probe(&self, key: &str) -> Probe {
+        if self.0.should_promote(key) {
+            Probe::Lower(Box::new(DiskKey {
+                tiered: Arc::clone(&self.0),
+                key: key.to_string(),
+            }))
+        } else {
+            Probe::Upper
+        }
+    }
+    fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
+        self.0.lookup(key)
+    }
+    fn lookup_into(&self, key: &str, out: &mut Vec<Arc<Object>>) {
+        self.0.lookup_into(key, out)
+    }
+    fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused> {
+        self.0.insert(obj)
+    }
+    fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
+        self.0.update_meta(obj, head)
+    }
+    fn touch(&self, obj: &Object) {
+        self.0.touch(obj)
+    }
+    fn remove(&self, key: &str, why: Removal) -> usize {
+        self.0.remove(key, why)
+    }
+    fn remove_object(&self, obj: &Object, why: Removal) -> bool {
+        self.0.remove_object(obj, why)
+    }
+    fn holds(&self, obj: &Object) -> bool {
+        self.0.holds(obj)
+    }
+    fn recharge(&self, obj: &Object) {
+        self.0.recharge(obj)
+    }
+    fn wants(&self, obj: &Object) -> bool {
+        self.0.wants(obj)
+    }
+    fn max_object(&self) -> u64 {
+        self.0.max_object()
+    }
+    fn spool_above(&self) -> u64 {
+        self.0.spool_above()
+    }
+    fn spool(&self, obj: &Arc<Object>) -> bool {
+        self.0.spool(obj)
+    }
+    fn stats(&self) -> StoreStats {
+        self.0.stats()
+    }
+    /// The disk's figures.
+    fn lower_stats(&self) -> Option<LowerStats> {
+        Some(self.0.disk.stats())
+    }
+    fn resize(&self, capacity: u64, max_object: u64) -> bool {
+        self.0.resize(capacity, max_object)
+    }
+    fn invalidations(&self) -> Option<&Arc<trove_store::Invalidations>> {
+        self.0.invalidations()
+    }
+    fn scan(&self, visit: &mut dyn FnMut(&Arc<Object>)) {
+        self.0.scan(visit)
+    }
+    fn scans(&self) -> bool {
+        self.0.scans()
     }
 }
 

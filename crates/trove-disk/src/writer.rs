@@ -36,8 +36,8 @@ use bytes::Bytes;
 use trove_store::hash::{fingerprint, key_hash};
 
 use crate::format::{
-    seal, FragmentList, FragmentMeta, FragmentRef, Kind, NewRecord, Record, RegionHeader,
-    SummaryEntry, ALIGN, FLAG_VARIED, FOOTER_LEN, FRAGMENT_BODY, FRAGMENT_META_LEN,
+    fragment_body, seal, FragmentList, FragmentMeta, FragmentRef, Kind, NewRecord, Record,
+    RegionHeader, SummaryEntry, ALIGN, FLAG_VARIED, FOOTER_LEN, FRAGMENT_BODY, FRAGMENT_META_LEN,
     RECORD_HEADER_LEN, REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
 };
 
@@ -53,20 +53,13 @@ use crate::index::Loc;
 use crate::recovery;
 use crate::shared::{Job, LateRemoval, Reclaim, Shared, ALL_SALT, FAILED};
 
-/// The body bytes of every fragment record but a body's last, in a directory of regions
-/// of `size` bytes: [`FRAGMENT_BODY`], or less where a region is too small for that.
-pub(crate) fn fragment_body(size: u64) -> u64 {
-    let max_record = size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN;
-    FRAGMENT_BODY.min(max_record - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN)
-}
-
 /// Bytes encoded before a batch is written even if more is queued.
 const BATCH: usize = 1 << 20;
 
 enum Publish {
     /// A spooled body's fragment is in the file: readable, and its body may let it go.
     Fragment {
-        spool: crate::spool::DiskSpool,
+        spool: Arc<crate::shared::SpoolState>,
         at: FragmentRef,
         end: u64,
         progress: trove_store::SpoolProgress,
@@ -239,7 +232,7 @@ fn idle(shared: &Shared) {
                 Job::Fragment {
                     spool, progress, ..
                 } => {
-                    spool.0.fail();
+                    spool.fail();
                     progress.failed();
                 }
                 Job::SpoolHead { .. } => {
@@ -369,12 +362,12 @@ impl Writer<'_> {
     /// the batch holding it is (`flush`).
     fn append_fragment(
         &mut self,
-        spool: crate::spool::DiskSpool,
+        spool: Arc<crate::shared::SpoolState>,
         offset: u64,
         body: &[Bytes],
         progress: trove_store::SpoolProgress,
     ) -> std::io::Result<()> {
-        let inner = &spool.0;
+        let inner: &crate::shared::SpoolState = &spool;
         if !inner.going() {
             return Ok(());
         }
@@ -431,12 +424,12 @@ impl Writer<'_> {
     /// placed, in order, and the spool was neither abandoned nor failed.
     fn append_spool_head(
         &mut self,
-        spool: &crate::spool::DiskSpool,
+        spool: &Arc<crate::shared::SpoolState>,
         head: Large<'_>,
         len: u64,
         (epoch, queued_at): (u64, Instant),
     ) -> std::io::Result<()> {
-        let inner = &spool.0;
+        let inner: &crate::shared::SpoolState = spool;
         let (fragments, sum) = {
             let p = inner.placed.lock();
             (p.fragments.clone(), p.hasher.digest())
@@ -715,7 +708,7 @@ impl Writer<'_> {
                     end,
                     progress,
                 } => {
-                    spool.0.written.lock().push((at, end));
+                    spool.written.lock().push((at, end));
                     progress.written(end);
                 }
                 Publish::Put {

@@ -43,13 +43,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use trove_store::hash::{fingerprint, key_hash};
 
 use crate::format::{FormatError, Kind, RecordHeader, RECORD_HEADER_LEN};
 use crate::index::Loc;
 use crate::reader::{ReadError, CHUNK};
 use crate::shared::Shared;
-use crate::store::DiskStore;
 
 /// Waits until no `sendfile` call reads `region` (see the module docs); call it after the
 /// region's `seq` was retired (stored 0, `SeqCst`) and before the region is punched or
@@ -177,101 +175,56 @@ impl DiskBody {
     }
 }
 
-/// The region was reclaimed while its record was being sent.
-#[derive(Debug, thiserror::Error)]
-#[error("region reclaimed while its record was being sent")]
-struct Reused;
-
+/// The error of a region reclaimed while its record was being sent: the storage
+/// interface's, so the proxy knows it without naming this crate.
 fn reused() -> std::io::Error {
-    std::io::Error::other(Reused)
+    trove_store::tier::reused()
 }
 
-/// True for the error [`DiskBody::read`] returns when the region was reclaimed.
-pub fn is_reused(e: &std::io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<Reused>())
-}
+/// True for the error [`DiskBody::read`] and [`DiskBody::pin`] return when the region was
+/// reclaimed.
+pub use trove_store::tier::is_reused;
 
-impl DiskStore {
-    /// The unvaried object of `key`, if on disk with a body of at least `min_len` bytes,
-    /// verified (see the module docs), its body left on disk to be sent from the file
-    /// (blocking I/O: call it from a blocking pool). `None` when there is none, when the
-    /// key has variants, when the body is smaller, or when this directory can't do
-    /// zero-copy sends. A corrupt record is dropped and counted, as on any read.
-    pub fn open_body(&self, key: &str, min_len: u64) -> Option<OnDisk> {
-        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
-            return None;
-        }
-        if !self.shared.varied.get(key_hash(key)).is_empty() {
-            return None;
-        }
-        let fp = fingerprint(key, "");
-        let loc = self.shared.index.get(fp)?;
-        match open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
-            Ok(Some(found)) => {
-                self.shared.index.mark_accessed(fp);
-                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
-                Some(found)
-            }
-            Ok(None) | Err(Blocked::WouldBlock) => None,
-            Err(Blocked::Read(e)) => {
-                self.drop_corrupt(fp, loc, &e);
-                None
-            }
-        }
+/// The storage interface's view of a disk body: what the proxy `sendfile`s.
+impl trove_store::FileBody for DiskBody {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn file(&self) -> (BorrowedFd<'_>, u64) {
+        DiskBody::file(self)
+    }
+
+    fn pinned(&self, send: &mut dyn FnMut() -> std::io::Result<usize>) -> std::io::Result<usize> {
+        let _pin = self.pin()?;
+        send()
+    }
+
+    fn read(&self, from: u64, to: u64) -> std::io::Result<Bytes> {
+        DiskBody::read(self, from, to)
     }
 }
 
-/// What [`DiskStore::open_body_cached`] found.
+/// What [`crate::DiskStore::open_body_cached`] found.
 pub enum Cached {
     Found(Box<OnDisk>),
-    /// Nothing to send from the file (see [`DiskStore::open_body`]).
+    /// Nothing to send from the file (see [`crate::DiskStore::open_body`]).
     No,
     /// Finding out would wait for the disk, or the record was not verified yet: ask
-    /// [`DiskStore::open_body`] on a blocking pool.
+    /// [`crate::DiskStore::open_body`] on a blocking pool.
     WouldBlock,
-}
-
-impl DiskStore {
-    /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
-    /// verified whose head is in the page cache: the head is read with `RWF_NOWAIT`, so an
-    /// async runtime thread may call this, and only the rest go to a blocking pool.
-    pub fn open_body_cached(&self, key: &str, min_len: u64) -> Cached {
-        if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
-            return Cached::No;
-        }
-        if !self.shared.varied.get(key_hash(key)).is_empty() {
-            return Cached::No;
-        }
-        let fp = fingerprint(key, "");
-        let Some(loc) = self.shared.index.get(fp) else {
-            return Cached::No;
-        };
-        match open(&self.shared, fp, loc, key, min_len, Mode::Cached) {
-            Ok(Some(found)) => {
-                self.shared.index.mark_accessed(fp);
-                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
-                Cached::Found(Box::new(found))
-            }
-            Ok(None) => Cached::No,
-            Err(Blocked::WouldBlock) => Cached::WouldBlock,
-            Err(Blocked::Read(e)) => {
-                self.drop_corrupt(fp, loc, &e);
-                Cached::No
-            }
-        }
-    }
 }
 
 /// How [`open`] may read.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Blocking reads, verifying the record if it was not yet.
     Blocking,
     /// Only from the page cache, and only a record already verified.
     Cached,
 }
 
-enum Blocked {
+pub(crate) enum Blocked {
     WouldBlock,
     Read(ReadError),
 }
@@ -306,7 +259,7 @@ fn read_head(shared: &Shared, loc: Loc, n: u64, mode: Mode) -> Result<Vec<u8>, B
     }
 }
 
-fn open(
+pub(crate) fn open(
     shared: &Arc<Shared>,
     fp: u64,
     loc: Loc,

@@ -15,7 +15,10 @@
 //! hickory-resolver (DNS, under [`resolver`]'s cache), socket2 (the listening socket's
 //! backlog), rustix (`poll` for the acceptor threads and the open files limit, without
 //! `unsafe`), serde_json (the replayable trace's lines, [`trace`]), and trove's own rules
-//! (`trove-http`) and store (`trove-store`).
+//! (`trove-http`) and store (`trove-store`). The store is held only as the storage
+//! interface (`trove_store::Storage`): the tiers under memory (the disk) are opened by the
+//! binary and handed in ([`start_with`], [`OpenLower`]), so this crate does not depend on
+//! them.
 
 pub mod access_log;
 pub mod acl;
@@ -41,6 +44,6 @@ pub mod tunnel;
 pub mod upgrade;
 pub mod upstream;
 
-pub use listener::{start, Running};
+pub use listener::{start, start_with, Running};
 pub use settings::{Mode, Settings};
-pub use state::Shared;
+pub use state::{LowerError, OpenLower, Shared};

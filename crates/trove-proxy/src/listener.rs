@@ -39,7 +39,7 @@ use crate::client::conn::{self, ConnInfo};
 use crate::client::transport::ClientStream;
 use crate::fd_limit;
 use crate::settings::{Mode, Settings};
-use crate::state::Shared;
+use crate::state::{OpenLower, Shared};
 use trove_tls::ServerTls;
 
 /// Most connections taken from the kernel's queue at one wake-up.
@@ -106,7 +106,18 @@ pub struct Reloaded {
 
 /// Binds every listener and starts accepting. Must be called inside a tokio runtime; the
 /// acceptor threads stop once the returned [`Running`] and every connection are gone.
+/// The store is the memory tier alone: `[cache.disk]` needs [`start_with`].
 pub async fn start(settings: Settings) -> io::Result<Running> {
+    start_inner(settings, None).await
+}
+
+/// [`start`], with `lower` opening the tiers under memory (the binary's opens the disk
+/// tier): the proxy holds the store only as the storage interface.
+pub async fn start_with(settings: Settings, lower: &dyn OpenLower) -> io::Result<Running> {
+    start_inner(settings, Some(lower)).await
+}
+
+async fn start_inner(settings: Settings, lower: Option<&dyn OpenLower>) -> io::Result<Running> {
     settings
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -122,7 +133,10 @@ pub async fn start(settings: Settings) -> io::Result<Running> {
         .iter()
         .map(|(l, _, _, _)| l.local_addr())
         .collect::<io::Result<_>>()?;
-    let shared = Arc::new(Shared::new(settings, &own)?);
+    let shared = Arc::new(match lower {
+        Some(lower) => Shared::with_lower(settings, &own, lower)?,
+        None => Shared::new(settings, &own)?,
+    });
     let mut tls = Vec::new();
     for (i, l) in shared.settings.listeners.iter().enumerate() {
         tls.push(

@@ -616,12 +616,9 @@ pub fn tiers(shared: &Shared) -> Vec<api::TierStats> {
         ready: true,
         ..Default::default()
     }];
-    if shared.disk.is_some() || shared.disk_unavailable {
-        let d = shared
-            .disk
-            .as_ref()
-            .map(|t| t.disk().stats())
-            .unwrap_or_default();
+    if shared.has_disk() {
+        let lower = shared.store.lower_stats();
+        let d = lower.unwrap_or_default();
         tiers.push(api::TierStats {
             tier: "disk".into(),
             objects: d.objects,
@@ -631,7 +628,7 @@ pub fn tiers(shared: &Shared) -> Vec<api::TierStats> {
             writes_shed: d.writes_shed,
             writes_dropped: d.writes_dropped,
             ready: d.ready,
-            failed: shared.disk.is_none() || d.failed,
+            failed: lower.is_none() || d.failed,
         });
     }
     tiers

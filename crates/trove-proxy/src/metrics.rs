@@ -141,7 +141,7 @@ pub mod names {
 }
 
 /// Appends the disk tier's metrics; `None` when it could not be opened at all.
-pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
+pub fn render_disk(out: &mut String, s: Option<&trove_store::LowerStats>) {
     let d = s.copied().unwrap_or_default();
     let failed = s.is_none_or(|s| s.failed);
     let gauges: [(&str, &str, f64); 8] = [
@@ -240,7 +240,7 @@ pub fn render_disk(out: &mut String, s: Option<&trove_disk::DiskStats>) {
 }
 
 /// The invalidation journal's and the disk passes' figures.
-fn render_journal(out: &mut String, d: &trove_disk::DiskStats) {
+fn render_journal(out: &mut String, d: &trove_store::LowerStats) {
     let counters: [(&str, &str, f64); 4] = [
         (
             names::DISK_JOURNAL_SYNCS,
@@ -278,7 +278,7 @@ fn render_journal(out: &mut String, d: &trove_disk::DiskStats) {
 }
 
 /// The crash bound's measurements (see `names::DISK_WRITES_QUEUED`).
-fn render_disk_bound(out: &mut String, d: &trove_disk::DiskStats) {
+fn render_disk_bound(out: &mut String, d: &trove_store::LowerStats) {
     let counters: [(&str, &str, u64); 3] = [
         (
             names::DISK_WRITES_QUEUED,

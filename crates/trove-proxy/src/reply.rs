@@ -30,14 +30,15 @@ pub enum ReplyBody {
     },
     /// An origin response passed through without storing.
     Origin(Box<PassBody>),
-    /// A body on disk, sent from the data file with `sendfile` (see `trove_disk::DiskBody`).
+    /// A body in a lower tier's file, sent from there with `sendfile` (see
+    /// `trove_store::FileBody`).
     Disk(Box<DiskReply>),
 }
 
 /// A disk body to send, and the counters its send reports to.
 #[derive(Debug)]
 pub struct DiskReply {
-    pub body: trove_disk::DiskBody,
+    pub body: Box<dyn trove_store::FileBody>,
     pub metrics: Arc<Metrics>,
 }
 

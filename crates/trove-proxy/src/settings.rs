@@ -122,7 +122,8 @@ pub struct CacheSettings {
     pub disk: Option<DiskSettings>,
 }
 
-/// `[cache.disk]`, the disk tier (see `trove_disk`): where, how much, how often synced.
+/// `[cache.disk]`, the disk tier (see `trove_disk`, which the binary opens from these):
+/// where, how much, how often synced.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiskSettings {
@@ -145,7 +146,7 @@ pub struct DiskSettings {
     pub region_size: u64,
     /// `"fifo-reinsert"` (default: keep what was hit when its region is reclaimed) or `"fifo"`.
     #[serde(default, deserialize_with = "de_reclaim")]
-    pub reclaim: trove_disk::Reclaim,
+    pub reclaim: Reclaim,
     /// Disk hits with a body of at least this many bytes are sent to the client with
     /// `sendfile(2)` straight from the data file and are not promoted into memory; smaller
     /// ones are read into the memory tier. Default 64KiB; a size above `region_size` turns
@@ -170,6 +171,35 @@ pub struct DiskSettings {
     /// on the memory tier alone, and `/healthz` and the status page say so).
     #[serde(default)]
     pub on_failure: DiskFailure,
+}
+
+/// `[cache.disk] reclaim`: what the disk tier keeps of a region it reclaims (the binary
+/// hands it to the disk tier; see `trove_disk::Reclaim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reclaim {
+    /// `"fifo-reinsert"`: objects hit since they were written are written again.
+    #[default]
+    FifoReinsert,
+    /// `"fifo"`: everything in the region goes.
+    Fifo,
+}
+
+impl Reclaim {
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reclaim::FifoReinsert => "fifo-reinsert",
+            Reclaim::Fifo => "fifo",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Reclaim> {
+        match s {
+            "fifo-reinsert" => Some(Reclaim::FifoReinsert),
+            "fifo" => Some(Reclaim::Fifo),
+            _ => None,
+        }
+    }
 }
 
 /// `[cache.disk] on_failure` (issue 19, defect 11).
@@ -239,18 +269,6 @@ impl DiskSettings {
     fn default_sendfile_min() -> u64 {
         64 << 10
     }
-
-    /// The disk tier's own config.
-    pub fn config(&self) -> trove_disk::DiskConfig {
-        trove_disk::DiskConfig {
-            paths: self.path.clone(),
-            budget: self.size,
-            region_size: self.region_size,
-            sync_interval: self.sync_interval,
-            reclaim: self.reclaim,
-            queue_bytes: 64 << 20,
-        }
-    }
 }
 
 fn de_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<std::path::PathBuf>, D::Error> {
@@ -266,9 +284,9 @@ fn de_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<std::path::PathBuf>, 
     })
 }
 
-fn de_reclaim<'de, D: Deserializer<'de>>(d: D) -> Result<trove_disk::Reclaim, D::Error> {
+fn de_reclaim<'de, D: Deserializer<'de>>(d: D) -> Result<Reclaim, D::Error> {
     let s = String::deserialize(d)?;
-    trove_disk::Reclaim::parse(&s).ok_or_else(|| {
+    Reclaim::parse(&s).ok_or_else(|| {
         serde::de::Error::custom(format!(
             "unknown reclaim policy {s:?} (use \"fifo-reinsert\" or \"fifo\")"
         ))

@@ -73,12 +73,35 @@ pub struct Shared {
     pub named_caches: crate::named_cache::NamedCaches,
     /// The store's invalidation rules and tag index (`crate::manage`).
     pub invalidations: Option<Arc<trove_store::Invalidations>>,
-    /// The disk tier under the memory tier (`[cache.disk]`), the same store as `store`; the
-    /// driver promotes disk hits through it (`cache::promote`). Carried over by a reload.
-    pub disk: Option<Arc<trove_disk::Tiered>>,
     /// `[cache.disk]` was configured but its directory could not be used at start-up: trove
     /// runs memory-only (logged once, and `trove_disk_failed` says so).
     pub disk_unavailable: bool,
+}
+
+/// Opens the tiers under the memory tier at start-up, from `[cache.disk]`. trove-proxy
+/// knows tiers only through the storage interface: the binary passes the disk tier's
+/// opener ([`crate::start_with`]), and [`Shared::new`] has none.
+pub trait OpenLower: Send + Sync {
+    /// `memory` with the tiers `cache` configures under it. `body_meter` counts the bytes
+    /// bodies hold outside the store (a tier that spools bodies charges their windows to it).
+    fn open(
+        &self,
+        memory: MemoryStore,
+        cache: &crate::settings::CacheSettings,
+        body_meter: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Arc<dyn Storage>, LowerError>;
+}
+
+/// Why [`OpenLower::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LowerError {
+    /// The directory can't be used (unwritable, missing, failing): `[cache.disk]
+    /// on_failure` decides whether trove stops or runs on memory alone.
+    #[error("{0}")]
+    Unusable(String),
+    /// Anything else (held by another process, a newer format): start-up stops.
+    #[error("{0}")]
+    Fatal(String),
 }
 
 impl Shared {
@@ -89,8 +112,8 @@ impl Shared {
         if self.disk_unavailable {
             return Some("the disk tier could not be used at start-up; memory tier only".into());
         }
-        let d = self.disk.as_ref()?;
-        d.disk().has_failed().then(|| {
+        let d = self.store.lower_stats()?;
+        d.failed.then(|| {
             "the disk tier failed (I/O errors); memory tier only until a restart".to_string()
         })
     }
@@ -98,8 +121,19 @@ impl Shared {
     /// Builds the shared state; must run inside a tokio runtime (the pool starts a reaper).
     /// `listening` are the proxy's bound listener addresses, which the destination guard
     /// refuses (with `settings.other_listeners`).
+    /// Without an opener of lower tiers, `[cache.disk]` is refused (see
+    /// [`Shared::with_lower`]).
     pub fn new(settings: Settings, listening: &[std::net::SocketAddr]) -> std::io::Result<Shared> {
-        Shared::build(settings, listening, None)
+        Shared::build(settings, listening, Start::First(None))
+    }
+
+    /// [`Shared::new`], opening the tiers under memory with `lower`.
+    pub fn with_lower(
+        settings: Settings,
+        listening: &[std::net::SocketAddr],
+        lower: &dyn OpenLower,
+    ) -> std::io::Result<Shared> {
+        Shared::build(settings, listening, Start::First(Some(lower)))
     }
 
     /// The generation after `prev` for a reload: `settings` applied over what `prev` carries
@@ -117,14 +151,18 @@ impl Shared {
             next.disk = running.disk.clone();
         }
         next.eviction = running.eviction;
-        Shared::build(settings, listening, Some(prev))
+        Shared::build(settings, listening, Start::After(prev))
     }
 
     fn build(
         settings: Settings,
         listening: &[std::net::SocketAddr],
-        prev: Option<&Shared>,
+        start: Start<'_>,
     ) -> std::io::Result<Shared> {
+        let (prev, lower) = match start {
+            Start::First(lower) => (None, lower),
+            Start::After(p) => (Some(p), None),
+        };
         let metrics = match prev {
             Some(p) => Arc::clone(&p.metrics),
             None => Arc::new(Metrics::default()),
@@ -168,7 +206,8 @@ impl Shared {
             _ => Resolver::system(&settings.resolver, settings.timeouts.connect),
         };
         let c = &settings.cache;
-        let (store, disk, disk_unavailable): Tiers = match prev {
+        // The store, its tiers and their objects are carried over by a reload.
+        let (store, disk_unavailable) = match prev {
             Some(p) => {
                 let store = Arc::clone(&p.store);
                 if (c.memory, c.max_object)
@@ -176,21 +215,9 @@ impl Shared {
                 {
                     store.resize(c.memory, c.max_object);
                 }
-                (store, p.disk.clone(), p.disk_unavailable)
+                (store, p.disk_unavailable)
             }
-            None => open_tiers(
-                MemoryStore::new(c.memory, 16, c.max_object, c.eviction),
-                c.disk.as_ref(),
-                trove_disk::SpoolConfig {
-                    max_object: c.disk.as_ref().map_or(0, |d| d.max_object),
-                    window: c.stream_buffer,
-                    fallback: trove_store::StreamLimits {
-                        read_ahead: c.read_ahead,
-                        buffer: c.stream_buffer,
-                    },
-                    meter: Some(Arc::clone(&metrics.body_buffered)),
-                },
-            )?,
+            None => open_tiers(c, lower, &metrics.body_buffered)?,
         };
         // The admin API and PURGE record invalidations here (`crate::manage`): a store
         // without a rule log is refused at start rather than failing on the first call.
@@ -309,7 +336,6 @@ impl Shared {
             history,
             named_caches,
             invalidations,
-            disk,
             disk_unavailable,
         })
     }
@@ -352,11 +378,17 @@ impl Shared {
         }
     }
 
+    /// True when `[cache.disk]` is configured: a lower tier runs under memory, or could not
+    /// be used at start-up.
+    pub fn has_disk(&self) -> bool {
+        self.disk_unavailable || self.store.lower_stats().is_some()
+    }
+
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
         let mut out = self.render_core_metrics();
-        if self.disk.is_some() || self.disk_unavailable {
-            let stats = self.disk.as_ref().map(|t| t.disk().stats());
+        if self.has_disk() {
+            let stats = self.store.lower_stats();
             crate::metrics::render_disk(&mut out, stats.as_ref());
             self.metrics.render_tiers(&mut out);
         }
@@ -384,34 +416,43 @@ impl Shared {
     }
 }
 
-type Tiers = (Arc<dyn Storage>, Option<Arc<trove_disk::Tiered>>, bool);
+/// How a generation starts: the first, with the opener of lower tiers if any, or after a
+/// reload of `prev`.
+enum Start<'a> {
+    First(Option<&'a dyn OpenLower>),
+    After(&'a Shared),
+}
 
-/// The memory tier alone, or over the disk tier. A directory another process holds, or one
-/// of a newer format, stops start-up with the reason; so does a directory that can't be
-/// used (unwritable, missing, failing), unless `[cache.disk] on_failure = "memory"`: then
-/// trove runs memory-only, with one log line, and `/healthz` and the status page say so
-/// ([`Shared::disk_health`]).
+/// The memory tier alone, or with lower tiers under it (`lower`). A directory another
+/// process holds, or one of a newer format, stops start-up with the reason; so does a
+/// directory that can't be used (unwritable, missing, failing), unless `[cache.disk]
+/// on_failure = "memory"`: then trove runs memory-only, with one log line, and `/healthz`
+/// and the status page say so ([`Shared::disk_health`]). Returns the store and whether the
+/// disk tier was configured but unavailable.
 fn open_tiers(
-    memory: MemoryStore,
-    disk: Option<&crate::settings::DiskSettings>,
-    spool: trove_disk::SpoolConfig,
-) -> std::io::Result<Tiers> {
-    let Some(d) = disk else {
-        return Ok((Arc::new(memory), None, false));
+    c: &crate::settings::CacheSettings,
+    lower: Option<&dyn OpenLower>,
+    body_meter: &Arc<std::sync::atomic::AtomicU64>,
+) -> std::io::Result<(Arc<dyn Storage>, bool)> {
+    let memory = || MemoryStore::new(c.memory, 16, c.max_object, c.eviction);
+    let Some(d) = &c.disk else {
+        return Ok((Arc::new(memory()), false));
     };
-    match trove_disk::DiskStore::open(d.config()) {
-        Ok(store) => {
-            let tiered = Arc::new(trove_disk::Tiered::new(memory, store).with_spool(spool));
-            Ok((tiered.clone(), Some(tiered), false))
-        }
-        Err(e) if e.is_io() && d.on_failure == crate::settings::DiskFailure::Memory => {
+    let Some(lower) = lower else {
+        return Err(std::io::Error::other(
+            "cache.disk: this program opens no disk tier (start it with one: `trove serve`)",
+        ));
+    };
+    match lower.open(memory(), c, Arc::clone(body_meter)) {
+        Ok(store) => Ok((store, false)),
+        Err(LowerError::Unusable(e)) if d.on_failure == crate::settings::DiskFailure::Memory => {
             tracing::error!("disk tier unavailable ({e}); trove goes on with the memory tier only");
-            Ok((Arc::new(memory), None, true))
+            Ok((Arc::new(memory()), true))
         }
-        Err(e) if e.is_io() => Err(std::io::Error::other(format!(
+        Err(LowerError::Unusable(e)) => Err(std::io::Error::other(format!(
             "cache.disk: {e} (set [cache.disk] on_failure = \"memory\" to run without it)"
         ))),
-        Err(e) => Err(std::io::Error::other(e.to_string())),
+        Err(LowerError::Fatal(e)) => Err(std::io::Error::other(e)),
     }
 }
 

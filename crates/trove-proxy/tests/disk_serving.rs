@@ -3,6 +3,8 @@
 //! back byte for byte, a client vanishing mid-send, and a region reclaimed under a slow
 //! client.
 
+#[path = "kit/disk.rs"]
+mod disk_tier;
 mod kit;
 
 use std::time::Duration;
@@ -49,7 +51,7 @@ fn path(i: usize, len: usize) -> String {
 /// A reverse proxy with a memory tier of `memory` bytes over a disk tier in `dir`.
 async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u64) -> Trove {
     let disk = dir.0.join("disk");
-    Trove::reverse(origin, move |s: &mut Settings| {
+    Trove::reverse_over(origin, &disk_tier::DiskTier, move |s: &mut Settings| {
         s.cache.memory = memory;
         s.cache.max_object = memory / 2;
         // Oldest out: what the crowd pushes out of memory is known.
@@ -59,7 +61,7 @@ async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u
             size,
             sync_interval: Duration::from_millis(100),
             region_size: region,
-            reclaim: trove_disk::Reclaim::Fifo,
+            reclaim: trove_proxy::settings::Reclaim::Fifo,
             sendfile_min: 64 << 10,
             max_object: 1 << 30,
             on_failure: Default::default(),
@@ -88,14 +90,22 @@ fn key_of(trove: &Trove, path: &str) -> String {
     key.unwrap_or_else(|| panic!("{path} is not in memory"))
 }
 
+/// True when the store answers `key` is not in memory but on the lower tier (the storage
+/// interface's probe).
+fn on_lower_tier(trove: &Trove, key: &str) -> bool {
+    matches!(
+        trove.running.shared.store.probe(key),
+        trove_store::Probe::Lower(_)
+    )
+}
+
 /// Fetches other objects of `len` bytes (ids from `first` on) until the memory tier has
 /// evicted every object of `paths` and the disk holds them; returns how many it fetched.
 async fn crowd_out(trove: &Trove, paths: &[&str], first: usize, len: usize) -> usize {
     let keys: Vec<String> = paths.iter().map(|p| key_of(trove, p)).collect();
-    let tiered = trove.running.shared.disk.clone().expect("a disk tier");
-    let out = |t: &trove_disk::Tiered| keys.iter().all(|k| t.should_promote(k));
+    let out = || keys.iter().all(|k| on_lower_tier(trove, k));
     for n in 0..200 {
-        if n % 8 == 0 && kit::eventually(|| out(&tiered)).await {
+        if n % 8 == 0 && kit::eventually(out).await {
             return n;
         }
         let r = kit::get(trove, &path(first + n, len), &[]).await;
@@ -240,13 +250,7 @@ async fn a_region_reclaimed_under_a_slow_client_gives_it_the_right_bytes_or_a_cl
             .store
             .remove_object(&o, trove_store::Removal::Evicted);
     }
-    assert!(trove
-        .running
-        .shared
-        .disk
-        .as_ref()
-        .unwrap()
-        .should_promote(&key));
+    assert!(on_lower_tier(&trove, &key));
 
     // A client with a small receive window that reads a little, then stops.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();

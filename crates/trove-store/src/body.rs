@@ -30,7 +30,8 @@
 //!   plus what the spool has not written yet. The writer waits while the spool is more than
 //!   the window behind it (a slow disk slows the origin read, not memory growth), never for
 //!   readers: a reader behind the window reads what the spool wrote back from it (verified,
-//!   on the blocking pool), then catches up. So memory per spooled body is the window,
+//!   on a thread the spool schedules the read on, [`Spool::read_at_then`]: the body needs
+//!   no runtime), then catches up. So memory per spooled body is the window,
 //!   whatever its readers' speeds. If the spool fails, the body falls back to *unstored*.
 //!   A body whose bytes are all in a spool already ([`Body::from_spool`]: a disk hit too
 //!   large for memory) is read from it alone.
@@ -59,7 +60,8 @@ use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+
+use crate::wake::{Slot, WakeList};
 
 /// Bodies at most this long are joined into one buffer when complete, so a hit is written
 /// with a single vectored write.
@@ -67,9 +69,6 @@ const COALESCE_LIMIT: u64 = 1 << 20;
 
 /// The cursor list is first pruned of dropped readers when it reaches this length.
 const PRUNE_MIN: usize = 16;
-
-/// Reads from spools in flight at once, over all bodies (see [`BodyReader::next`]).
-static SPOOL_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
 
 /// A dropped reader's cursor, until the list is pruned.
 const GONE: u64 = u64::MAX;
@@ -130,8 +129,15 @@ pub trait Spool: Send + Sync + std::fmt::Debug {
     /// The body failed, or is no longer wanted: nothing of it may become findable.
     fn abandon(&self);
     /// The bytes from `pos` to the end of the piece holding it, verified (blocking I/O: call
-    /// it on a blocking pool). Only bytes reported written are asked for.
+    /// it where blocking is allowed). Only bytes reported written are asked for.
     fn read_at(&self, pos: u64) -> std::io::Result<Bytes>;
+    /// [`Spool::read_at`], its result handed to `done`, run where blocking is allowed: a
+    /// reader of the body awaits it. The spool schedules the read (a disk tier on reader
+    /// threads of its own, a few at a time), so the body needs no runtime. The default
+    /// reads at once, on the caller's thread: for spools whose reads never block.
+    fn read_at_then(&self, pos: u64, done: Box<dyn FnOnce(std::io::Result<Bytes>) + Send>) {
+        done(self.read_at(pos))
+    }
     /// False once bytes already written can no longer be read back (a disk region holding
     /// some was reused): a body read from the spool alone is then of no use.
     fn intact(&self) -> bool {
@@ -234,8 +240,8 @@ pub struct Body {
     /// [`Body::outcome`] (asked twice by every hit) reads it without taking the lock.
     end: AtomicU8,
     expected: Option<u64>,
-    readers_wake: Notify,
-    writer_wake: Notify,
+    readers_wake: WakeList,
+    writer_wake: WakeList,
 }
 
 impl Body {
@@ -259,8 +265,8 @@ impl Body {
             }),
             end: AtomicU8::new(End::ARRIVING),
             expected,
-            readers_wake: Notify::new(),
-            writer_wake: Notify::new(),
+            readers_wake: WakeList::default(),
+            writer_wake: WakeList::default(),
         })
     }
 
@@ -341,9 +347,7 @@ impl Body {
             return Ok(());
         }
         loop {
-            let wake = self.writer_wake.notified();
-            tokio::pin!(wake);
-            wake.as_mut().enable();
+            let wake = self.writer_wake.wait();
             {
                 let mut st = self.state.lock();
                 let ahead = match st.mode {
@@ -380,7 +384,7 @@ impl Body {
             }
             st.full_pieces(false)
         };
-        self.readers_wake.notify_waiters();
+        self.readers_wake.wake_all();
         self.hand_over(pieces);
         Ok(())
     }
@@ -412,7 +416,7 @@ impl Body {
             }
             st.push(bytes);
         }
-        self.readers_wake.notify_waiters();
+        self.readers_wake.wake_all();
         Ok(())
     }
 
@@ -476,7 +480,7 @@ impl Body {
                 Err(_) => spool.abandon(),
             }
         }
-        self.readers_wake.notify_waiters();
+        self.readers_wake.wake_all();
     }
 
     /// Spooled mode (see the module docs): from now on the body's pieces go to `spool` as
@@ -508,7 +512,7 @@ impl Body {
         // appends more.
         let pieces = self.state.lock().full_pieces(false);
         self.hand_over(pieces);
-        self.writer_wake.notify_waiters();
+        self.writer_wake.wake_all();
         true
     }
 
@@ -584,7 +588,7 @@ impl Body {
                 st.release_before(keep_from);
             }
         }
-        self.writer_wake.notify_waiters();
+        self.writer_wake.wake_all();
     }
 
     /// The spool failed: unstored from now on (readers behind the window are detached).
@@ -603,8 +607,8 @@ impl Body {
         if let Some(s) = spool {
             s.abandon();
         }
-        self.writer_wake.notify_waiters();
-        self.readers_wake.notify_waiters();
+        self.writer_wake.wake_all();
+        self.readers_wake.wake_all();
     }
 
     /// Paced mode (see the module docs): for a body being stored whose length is unknown.
@@ -616,7 +620,7 @@ impl Body {
             st.mode = Mode::Paced { buffer };
         }
         drop(st);
-        self.writer_wake.notify_waiters();
+        self.writer_wake.wake_all();
     }
 
     /// Unstored mode (see the module docs): the body is no longer being stored. From now on
@@ -640,9 +644,9 @@ impl Body {
         if let Some(s) = spool {
             s.abandon();
         }
-        self.writer_wake.notify_waiters();
+        self.writer_wake.wake_all();
         // Readers now behind the buffer must learn so.
-        self.readers_wake.notify_waiters();
+        self.readers_wake.wake_all();
     }
 
     /// True once [`Body::set_unstored`] was called.
@@ -666,7 +670,7 @@ impl Body {
             st.cursors.push(Arc::downgrade(&cursor));
         }
         // A paced writer waiting for a first reader, or for one further on, may go on.
-        self.writer_wake.notify_waiters();
+        self.writer_wake.wake_all();
         BodyReader {
             body: Arc::clone(self),
             pos: from,
@@ -843,9 +847,7 @@ impl BodyReader {
     pub async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
         let body = Arc::clone(&self.body);
         loop {
-            let wake = body.readers_wake.notified();
-            tokio::pin!(wake);
-            wake.as_mut().enable();
+            let wake = body.readers_wake.wait();
             let from_spool = {
                 let st = body.state.lock();
                 match st.slice_at(self.pos) {
@@ -869,15 +871,13 @@ impl BodyReader {
             if let Some(spool) = from_spool {
                 // Behind the window: what the spool wrote, read back verified.
                 let pos = self.pos;
-                // A few at a time, whatever the number of readers: each read in flight is a
-                // blocking-pool thread (with the allocator's memory of its own) and a record
-                // buffer.
-                let Ok(_permit) = SPOOL_READS.acquire().await else {
-                    return Some(Err(BodyError::Released));
-                };
-                let read = tokio::task::spawn_blocking(move || spool.read_at(pos)).await;
-                return match read {
-                    Ok(Ok(bytes)) if !bytes.is_empty() => {
+                // The spool schedules the read where blocking is allowed (its tier's readers,
+                // a few at a time whatever the number of readers); this task waits for it.
+                let slot = Arc::new(Slot::default());
+                let done = Arc::clone(&slot);
+                spool.read_at_then(pos, Box::new(move |r| done.put(r)));
+                return match slot.take().await {
+                    Ok(bytes) if !bytes.is_empty() => {
                         self.advance(bytes.len() as u64, false);
                         Some(Ok(bytes))
                     }
@@ -921,7 +921,7 @@ impl BodyReader {
         self.pos += n;
         self.cursor.store(self.pos, Ordering::Release);
         if paced {
-            self.body.writer_wake.notify_waiters();
+            self.body.writer_wake.wake_all();
         }
     }
 }
@@ -930,7 +930,7 @@ impl Drop for BodyReader {
     fn drop(&mut self) {
         // A vanished reader may be what the writer waits on.
         self.cursor.store(GONE, Ordering::Release);
-        self.body.writer_wake.notify_waiters();
+        self.body.writer_wake.wake_all();
     }
 }
 

@@ -314,8 +314,11 @@ impl Ban {
 /// Where the rule log is made durable (a disk tier's journal, `trove_disk`): an
 /// acknowledged invalidation must survive a crash as long as objects it covers do.
 ///
-/// Calls come in sequence order under the log's lock, so they must be quick (no I/O: a
-/// copy into a buffer), except [`Journal::reserve`], which is rare and durable.
+/// [`Journal::append`] calls come in sequence order under the log's lock, so they must be
+/// quick (no I/O: a copy into a buffer). The durable calls never run under it:
+/// [`Journal::reserve`] runs on the rule log's own reserver thread, ahead of need,
+/// [`Journal::sync_through`] where the acknowledging caller runs it (the proxy's blocking
+/// pool), [`Journal::compact`] in the background sweep, with the log unlocked.
 pub trait Journal: Send + Sync {
     /// Appends `rule` (not yet written or durable). Errors are kept and reported by
     /// [`Journal::sync_through`].
@@ -327,8 +330,12 @@ pub trait Journal: Send + Sync {
     /// Returns once every rule up to `seq` appended so far is durable (`fdatasync`;
     /// concurrent callers share one).
     fn sync_through(&self, seq: u64) -> std::io::Result<()>;
-    /// Rules were retired: keep only `state`'s (rewrite the journal without the rest).
-    fn compact(&self, state: &Snapshot) -> std::io::Result<()>;
+    /// Rules were retired: keep only the rules of `snapshot()`'s state (rewrite the journal
+    /// without the rest), and every rule appended after it was taken (those above
+    /// [`Snapshot::through`]). Call `snapshot` (it read-locks the rule log briefly) once no
+    /// write can reach the old journal, and never hold a lock the log's users need across
+    /// the rewrite.
+    fn compact(&self, snapshot: &dyn Fn() -> Snapshot) -> std::io::Result<()>;
 }
 
 /// The persistent part of the rule log: what a journal keeps and gives back at start-up.
@@ -340,6 +347,9 @@ pub struct Snapshot {
     pub floor: u64,
     /// Pending rules, in sequence order (URL rules as [`Selector::Key`] rules).
     pub rules: Vec<Rule>,
+    /// Every rule up to this one made before the snapshot was taken is in `rules` (or
+    /// retired); later ones may be appended meanwhile.
+    pub through: u64,
 }
 
 /// Sequence numbers reserved at a time (one durable journal write per this many rules).
@@ -418,7 +428,9 @@ pub struct Invalidations {
     last: AtomicU64,
     /// Where rules are made durable, if anywhere (a disk tier).
     journal: std::sync::OnceLock<Arc<dyn Journal>>,
-    log: RwLock<Log>,
+    /// Reserves sequence numbers in the journal ahead of need, on a thread of its own.
+    reserver: std::sync::OnceLock<Arc<Reserver>>,
+    log: Arc<RwLock<Log>>,
     members: Members,
     /// Rules retired by sweeps, for the status figures.
     retired: AtomicU64,
@@ -460,12 +472,110 @@ pub struct InvalidationStats {
     pub memberships: u64,
 }
 
+/// Reserves sequence numbers in the journal ahead of need, on a thread of its own, so no
+/// sync runs under the rule log's lock or on the thread that adds a rule (see
+/// [`Invalidations::add`]).
+struct Reserver {
+    state: Mutex<ReserveState>,
+    changed: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct ReserveState {
+    /// The highest number asked for.
+    wanted: u64,
+    /// The highest number reserved (or failed to be).
+    done: u64,
+    failed: bool,
+    stop: bool,
+}
+
+impl Reserver {
+    fn start(journal: Arc<dyn Journal>, log: Arc<RwLock<Log>>) -> Arc<Reserver> {
+        let r = Arc::new(Reserver {
+            state: Mutex::new(ReserveState::default()),
+            changed: parking_lot::Condvar::new(),
+        });
+        let me = Arc::clone(&r);
+        let started = std::thread::Builder::new()
+            .name("trove-reserve".into())
+            .spawn(move || me.run(&*journal, &log));
+        if started.is_err() {
+            // Without the thread nothing is reserved ahead: adds go on unreserved, as after
+            // a failed reservation (`snapshot_of` still covers every number handed out).
+            r.state.lock().failed = true;
+        }
+        r
+    }
+
+    fn run(&self, journal: &dyn Journal, log: &RwLock<Log>) {
+        loop {
+            let target = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.stop {
+                        return;
+                    }
+                    if st.wanted > st.done && !st.failed {
+                        break st.wanted;
+                    }
+                    self.changed.wait(&mut st);
+                }
+            };
+            let ok = journal.reserve(target).is_ok();
+            if ok {
+                let mut l = log.write();
+                l.reserved = l.reserved.max(target);
+            }
+            let mut st = self.state.lock();
+            st.done = st.done.max(target);
+            st.failed |= !ok;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Asks for numbers up to `upto` to be reserved (not waiting).
+    fn request(&self, upto: u64) {
+        let mut st = self.state.lock();
+        if upto > st.wanted {
+            st.wanted = upto;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Waits until `seq` is reserved, or reserving failed.
+    fn wait_for(&self, seq: u64) {
+        let mut st = self.state.lock();
+        while st.done < seq && !st.failed && !st.stop {
+            self.changed.wait(&mut st);
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.state.lock().failed
+    }
+
+    fn stop(&self) {
+        self.state.lock().stop = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Drop for Invalidations {
+    fn drop(&mut self) {
+        if let Some(r) = self.reserver.get() {
+            r.stop();
+        }
+    }
+}
+
 impl Invalidations {
     pub fn new() -> Invalidations {
         Invalidations {
             last: AtomicU64::new(0),
             journal: std::sync::OnceLock::new(),
-            log: RwLock::new(Log {
+            reserver: std::sync::OnceLock::new(),
+            log: Arc::new(RwLock::new(Log {
                 next: 1,
                 reserved: u64::MAX,
                 floor: 0,
@@ -473,7 +583,7 @@ impl Invalidations {
                 keys: fast_map(),
                 bans: 0,
                 ban_bytes: 0,
-            }),
+            })),
             ban_limits: RwLock::new(BanLimits::default()),
             members: Members {
                 shards: (0..MEMBER_SHARDS).map(|_| Mutex::new(fast_map())).collect(),
@@ -522,7 +632,13 @@ impl Invalidations {
             }
             self.last.store(log.next - 1, Ordering::Release);
         }
-        let _ = self.journal.set(journal);
+        if self.journal.set(Arc::clone(&journal)).is_err() {
+            return; // Attached already.
+        }
+        let reserver = Reserver::start(journal, Arc::clone(&self.log));
+        // The first block, before the first rule needs it.
+        reserver.request(self.log.read().next - 1 + RESERVE_BLOCK);
+        let _ = self.reserver.set(reserver);
     }
 
     /// True when rules are made durable in a journal (see [`Invalidations::durable`]).
@@ -574,6 +690,7 @@ impl Invalidations {
             },
             floor: log.floor,
             rules,
+            through: log.next - 1,
         }
     }
 
@@ -620,7 +737,7 @@ impl Invalidations {
     /// ([`BanLimits`]): then nothing is recorded and the error says why.
     pub fn add_ban(&self, ban: Ban, mode: Mode, at: SystemTime) -> Result<u64, BanError> {
         let limits = *self.ban_limits.read();
-        let mut log = self.log.write();
+        let mut log = self.reserved_log();
         if log.bans + 1 > limits.count || log.ban_bytes.saturating_add(ban.cost) > limits.bytes {
             return Err(BanError::TooMany {
                 count: log.bans,
@@ -636,20 +753,38 @@ impl Invalidations {
     /// journal, a copy into its buffer too; see [`Invalidations::durable`] for the
     /// acknowledgement).
     pub fn add(&self, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
-        let mut log = self.log.write();
+        let mut log = self.reserved_log();
         self.add_locked(&mut log, selector, mode, at)
+    }
+
+    /// The log, write-locked, once its next sequence number is reserved in the journal (if
+    /// any). The reservation is made on the reserver's thread, never under the lock: a
+    /// block ahead of need, so this waits only when rules outrun it (more than half a
+    /// block within one sync), and then without the lock, so lookups go on. A failed
+    /// reservation is waited for no more (`durable` reports the failure).
+    fn reserved_log(&self) -> parking_lot::RwLockWriteGuard<'_, Log> {
+        loop {
+            let log = self.log.write();
+            let Some(r) = self.reserver.get() else {
+                return log;
+            };
+            if log.next <= log.reserved || r.failed() {
+                if log.next.saturating_add(RESERVE_BLOCK / 2) > log.reserved {
+                    r.request(log.reserved.max(log.next).saturating_add(RESERVE_BLOCK));
+                }
+                return log;
+            }
+            let need = log.next;
+            drop(log);
+            r.request(need + RESERVE_BLOCK);
+            r.wait_for(need);
+        }
     }
 
     fn add_locked(&self, log: &mut Log, selector: Selector, mode: Mode, at: SystemTime) -> u64 {
         let seq = log.next;
         log.next += 1;
         if let Some(j) = self.journal.get() {
-            if seq > log.reserved {
-                // A failure is reported by `durable`, which then fails too.
-                if j.reserve(seq + RESERVE_BLOCK).is_ok() {
-                    log.reserved = seq + RESERVE_BLOCK;
-                }
-            }
             j.append(&Rule {
                 seq,
                 selector: selector.clone(),
@@ -808,11 +943,10 @@ impl Invalidations {
         }
         if report.retired > 0 {
             if let Some(j) = self.journal.get() {
-                // Under the read lock: no rule is appended meanwhile (adds take the write
-                // lock), lookups go on. A failure (the journal logs it) leaves the longer
-                // journal, which is still right.
-                let log = self.log.read();
-                let _ = j.compact(&Self::snapshot_of(&log));
+                // The snapshot under the read lock, the rewrite (a sync) without it: rules
+                // appended meanwhile are above `through`, and the journal keeps them. A
+                // failure (the journal logs it) leaves the longer journal, still right.
+                let _ = j.compact(&|| Self::snapshot_of(&self.log.read()));
             }
         }
         self.retired.fetch_add(report.retired, Ordering::Relaxed);
@@ -1116,5 +1250,117 @@ mod tests {
         let err = Ban::parse("url", "~", r"\w{2000}").unwrap_err();
         assert!(err.to_string().contains("compiles to more than"), "{err}");
         assert!(Ban::parse("url", "~", r"(?-u:\w){20}").is_ok());
+    }
+
+    /// A journal whose reservations and compactions block until the test lets them go.
+    #[derive(Default)]
+    struct SlowJournal {
+        gate: std::sync::Mutex<bool>,
+        open: std::sync::Condvar,
+        reserved: AtomicU64,
+        /// Set while a durable call waits at the gate.
+        waiting: std::sync::atomic::AtomicBool,
+    }
+
+    impl SlowJournal {
+        fn wait_at_gate(&self) {
+            self.waiting.store(true, Ordering::Release);
+            let mut open = self.gate.lock().unwrap();
+            while !*open {
+                open = self.open.wait(open).unwrap();
+            }
+            self.waiting.store(false, Ordering::Release);
+        }
+
+        fn let_go(&self) {
+            *self.gate.lock().unwrap() = true;
+            self.open.notify_all();
+        }
+
+        fn until_waiting(&self) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !self.waiting.load(Ordering::Acquire) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never reached the journal"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    impl Journal for SlowJournal {
+        fn append(&self, _rule: &Rule) {}
+        fn reserve(&self, upto: u64) -> std::io::Result<()> {
+            self.wait_at_gate(); // An `fdatasync` that takes its time.
+            self.reserved.fetch_max(upto, Ordering::AcqRel);
+            Ok(())
+        }
+        fn sync_through(&self, _seq: u64) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn compact(&self, snapshot: &dyn Fn() -> Snapshot) -> std::io::Result<()> {
+            let _ = snapshot();
+            self.wait_at_gate();
+            Ok(())
+        }
+    }
+
+    /// Issue 21: the journal's reservation sync runs on the reserver's thread, never under
+    /// the rule log's lock: lookups go on while it lasts, and a rule is handed its number
+    /// only once that number is reserved.
+    #[test]
+    fn a_lookup_never_waits_for_the_journal_reservation_sync() {
+        let inv = Arc::new(Invalidations::new());
+        let journal = Arc::new(SlowJournal::default());
+        inv.attach_journal(journal.clone(), Snapshot::default());
+        journal.until_waiting(); // The first block is being reserved (and stalls).
+        let adder = {
+            let inv = Arc::clone(&inv);
+            std::thread::spawn(move || inv.add(Selector::Tag(tag_hash("a")), Mode::Hard, t(1)))
+        };
+        // Lookups judge objects against the log meanwhile, at once.
+        let o = obj("http://h/x", &["a"], 0);
+        for _ in 0..100 {
+            assert_eq!(inv.verdict(&o), Verdict::Alive);
+            assert_eq!(
+                inv.current(),
+                0,
+                "no number handed out before it is reserved"
+            );
+        }
+        assert!(!adder.is_finished());
+        journal.let_go();
+        let seq = adder.join().unwrap();
+        assert_eq!(seq, 1);
+        assert!(journal.reserved.load(Ordering::Acquire) >= seq);
+        assert_eq!(inv.verdict(&o), Verdict::Dead);
+        assert!(inv.durable(seq).is_ok());
+    }
+
+    /// Issue 21: a compaction (a rewrite and a sync) runs with the rule log unlocked:
+    /// lookups and new rules go on meanwhile.
+    #[test]
+    fn a_lookup_and_an_invalidation_never_wait_for_a_compaction() {
+        let store = Arc::new(MemoryStore::new(1 << 20, 4, 1 << 20, EvictionKind::Lru));
+        let inv = store.invalidations().unwrap().clone();
+        let journal = Arc::new(SlowJournal::default());
+        journal.let_go(); // Reservations pass; compactions are held below.
+        inv.attach_journal(journal.clone(), Snapshot::default());
+        inv.add(Selector::Tag(tag_hash("a")), Mode::Hard, t(1));
+        *journal.gate.lock().unwrap() = false;
+        let sweeper = {
+            let (inv, store) = (Arc::clone(&inv), Arc::clone(&store));
+            std::thread::spawn(move || inv.sweep(&*store, t(2)))
+        };
+        journal.until_waiting(); // Compacting, and stalled.
+        let o = obj("http://h/x", &["b"], inv.current());
+        assert_eq!(inv.verdict(&o), Verdict::Alive);
+        let seq = inv.add(Selector::Tag(tag_hash("b")), Mode::Hard, t(3));
+        assert_eq!(inv.verdict(&o), Verdict::Dead);
+        assert!(!sweeper.is_finished());
+        journal.let_go();
+        assert_eq!(sweeper.join().unwrap().retired, 1);
+        assert!(inv.durable(seq).is_ok());
     }
 }

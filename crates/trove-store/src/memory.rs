@@ -394,6 +394,8 @@ impl Storage for MemoryStore {
                     head,
                     body: Arc::clone(&obj.body),
                     id: obj.id,
+                    // A new snapshot: its head is not below yet.
+                    marks: Default::default(),
                 });
                 *slot = Arc::clone(&updated);
                 updated

@@ -8,6 +8,7 @@ use http::{HeaderMap, StatusCode};
 
 use crate::body::Body;
 use crate::labels::Labels;
+use crate::tier::TierMarks;
 
 /// The stored response head and what the caching rules need to judge it later.
 #[derive(Debug, Clone)]
@@ -56,12 +57,19 @@ pub struct Object {
     pub head: ObjectHead,
     pub body: Arc<Body>,
     pub(crate) id: u64,
+    pub(crate) marks: TierMarks,
 }
 
 impl Object {
     /// The store-assigned identity: the same across [`crate::Storage::update_meta`].
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// This snapshot's state with respect to lower tiers, which a tiered store keeps (see
+    /// [`crate::tier`]).
+    pub fn marks(&self) -> &TierMarks {
+        &self.marks
     }
 }
 
@@ -87,6 +95,7 @@ impl Object {
             head,
             body,
             id: 0,
+            marks: TierMarks::default(),
         }
     }
 

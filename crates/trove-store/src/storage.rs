@@ -1,12 +1,13 @@
 //! The storage interface: what the cache core asks of a tier, and nothing more.
 //!
 //! Every method exists for one reason a cache has (Pingora's `Storage` and Varnish's
-//! stevedore are the models). It is larger than Pingora's (18 methods to its 7): it also
+//! stevedore are the models). It is larger than Pingora's (20 methods to its 7): it also
 //! carries what Pingora leaves to other traits or to the caller, invalidation by rule,
 //! spooling to a lower tier, charging a growing body and resizing on reload.
 //!
 //! | method | why |
 //! |---|---|
+//! | [`Storage::probe`] | every request, first: memory misses but a lower tier may hold the key, so open it there ([`crate::tier`]: promote it, or send its body from a file) where blocking is allowed. No I/O itself. |
 //! | [`Storage::lookup`] | every request: the variants stored for a key, **metadata first**. The body is an [`Object::body`] to open and stream ([`crate::Body::reader`]); nothing is loaded to decide. |
 //! | [`Storage::insert`] | a miss: the object enters while its body still streams in, visible to waiters at once (read-while-write). Admission and the size limit may refuse it. |
 //! | [`Storage::update_meta`] | a 304 or a HEAD freshens the stored head *in place*: same identity, same body, so a body still arriving is never shared by two objects. |
@@ -15,6 +16,7 @@
 //! | [`Storage::holds`] / [`Storage::recharge`] / [`Storage::wants`] | a fill in progress checks it is still wanted and charges its growing body to the budget. |
 //! | [`Storage::spool_above`] / [`Storage::spool`] | a body too large for memory is written to a lower tier as it arrives (a disk tier), memory holding only a window of it. |
 //! | [`Storage::resize`] | a reload changed the budget: the cache is kept, trimmed to the new size. |
+//! | [`Storage::lower_stats`] | a lower tier's figures and health, for metrics and the admin API. |
 //! | [`Storage::invalidations`] / [`Storage::scan`] | invalidation by rule (tags, named caches, prefixes, bans) judged lazily at lookup and swept in the background. |
 //!
 //! Eviction hands each victim to an [`EvictionHook`] (a lower tier may take it) and
@@ -23,6 +25,7 @@
 use std::sync::Arc;
 
 use crate::object::{Object, ObjectHead};
+use crate::tier::{LowerStats, Probe};
 
 /// Why an object left a store. Counted per reason in [`crate::StoreStats::removed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,6 +107,13 @@ impl Admission for AdmitAll {
 
 /// A storage tier (see the module docs for why each method exists).
 pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Before [`Storage::lookup`], without I/O: whether a lower tier may hold `key` while
+    /// memory does not, and if so a handle to open it with (see [`crate::tier`]). The
+    /// default, for a store of one tier: [`Probe::Upper`], the lookup answers.
+    fn probe(&self, key: &str) -> Probe {
+        let _ = key;
+        Probe::Upper
+    }
     /// Every stored variant of `key`, metadata first; empty on a miss. Not a use.
     fn lookup(&self, key: &str) -> Vec<Arc<Object>>;
     /// [`Storage::lookup`] appended to `out`, so a caller that looks up on every request
@@ -152,6 +162,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
     /// Counters.
     fn stats(&self) -> crate::StoreStats;
+    /// The lower tier's figures (`failed` among them), or `None` when there is none.
+    fn lower_stats(&self) -> Option<LowerStats> {
+        None
+    }
     /// A reload changed the byte budget or the object size limit: apply them, evicting to
     /// the new budget at once. False if this tier can't change them while running.
     fn resize(&self, capacity: u64, max_object: u64) -> bool {

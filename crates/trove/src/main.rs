@@ -5,7 +5,9 @@
 //! at the top, tracing for diagnostics (the access log is the proxy's own), and mimalloc as
 //! the allocator: with tens of thousands of idle connections glibc's malloc spent a sixth of
 //! the hit path searching fragmented free lists (measured with perf, see BENCHMARKS.md);
-//! mimalloc's per-thread, size-segregated pages do not degrade that way.
+//! mimalloc's per-thread, size-segregated pages do not degrade that way. trove-disk and
+//! trove-store because the binary opens the disk tier under the memory tier (`tiers`) and
+//! hands the proxy the result as the storage interface.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -14,6 +16,7 @@ mod admin_files;
 mod api_cli;
 mod config;
 mod lifecycle;
+mod tiers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -421,7 +424,7 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
     let admin_addr = admin.as_ref().map(|a| a.local_addr());
     let mut settings = config.proxy_settings();
     settings.other_listeners.extend(admin_addr);
-    let mut running = trove_proxy::start(settings).await?;
+    let mut running = trove_proxy::start_with(settings, &tiers::DiskTier).await?;
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }

@@ -12,6 +12,7 @@
 //!
 //! Every path ends in a [`Reply`] whose [`Outcome`] the access log and metrics print.
 
+mod answer;
 pub mod collapse;
 mod deliver;
 mod detach;
@@ -26,25 +27,24 @@ mod upload;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{HeaderMap, Method, StatusCode};
 use tokio::io::AsyncRead;
 use trove_cache::decide::BodyState;
 use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard, Labeler};
-use trove_cache::{
-    partial, CacheStatus, Conditionals, Outcome, Request, Rules, Tier, CACHE_STATUS,
-};
-use trove_store::{Labels, Object, Removal};
+use trove_cache::{partial, Conditionals, Outcome, Request, Tier, CACHE_STATUS};
+use trove_store::{FileBody, Labels, Lower, Object, Probe, Removal};
 
 use crate::client::body::RequestBody;
 use crate::client::head::RequestHead;
 use crate::client::info::ConnInfo;
-use crate::destination::{Addrs, Blocked, ClientClass, Reach, Refusal};
+use crate::destination::{Addrs, Blocked, ClientClass, Reach};
 use crate::origin::{Failed, InterimSlot, OriginError, OriginRequestBody, OriginResponse};
-use crate::reply::{PassBody, Reply, ReplyBody};
+use crate::reply::{DiskReply, Reply, ReplyBody};
 use crate::settings::Mode;
 use crate::state::Shared;
 use crate::upstream::Chooser;
+use answer::{destination_refused, fail, pass_through};
 use collapse::{Collapsed, Leader, Role};
 use detach::{bodyless_get, detach};
 use fetch::{Outgoing, Retry};
@@ -89,10 +89,6 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn core(&self) -> Request<'_> {
         Request::new(&self.req.method, &self.req.headers)
-    }
-
-    fn rules(&self) -> Rules<'_> {
-        self.shared.rules(self.mode)
     }
 
     fn key(&self) -> &str {
@@ -220,12 +216,15 @@ async fn run<R: AsyncRead + Unpin>(
         labeler: &labeler,
     };
     let mut now = fetch::now();
-    let mut variants: Vec<Arc<Object>> = Vec::new();
+    let mut variants = Variants::take();
     // The origin's answer in hand, who gave it, and the last failure to reach it.
     let mut held: Option<OriginResponse> = None;
     let mut peer: Option<String> = None;
     let mut failure: Option<Failed> = None;
     let mut leader: Option<Leader> = None;
+    // A lower tier's handle for the key, and a body opened in its file.
+    let mut lower: Option<Box<dyn Lower>> = None;
+    let mut file: Option<Box<dyn FileBody>> = None;
     // The client's body was left unfinished: the connection closes after the reply.
     let mut unfinished = false;
     let mut cmd = flow.next(&env(now), Event::Start);
@@ -236,6 +235,10 @@ async fn run<R: AsyncRead + Unpin>(
             Command::Guard(Guard::Origin) => {
                 match check_destination(shared, cx.target, cx.reach.class).await {
                     Ok(checked) => {
+                        if checked.is_some() {
+                            // The name was resolved: time passed.
+                            now = fetch::now();
+                        }
                         cx.reach.checked = checked;
                         Event::Allowed
                     }
@@ -252,22 +255,39 @@ async fn run<R: AsyncRead + Unpin>(
                 }
                 Event::Allowed
             }
-            Command::Lookup => {
-                let tier = match tier::open(cx).await {
-                    Ok(tier) => tier,
-                    Err(sendfile) => return sendfile,
+            Command::Lookup => match store.probe(cx.key()) {
+                // Not in memory, but a lower tier may hold it: the flow says what to open.
+                Probe::Lower(l) => {
+                    lower = Some(l);
+                    Event::Lower
+                }
+                Probe::Upper => {
+                    variants.0.clear();
+                    store.lookup_into(cx.key(), &mut variants.0);
+                    Event::Found(&variants.0, Tier::Memory)
+                }
+            },
+            Command::OpenFile => {
+                let opened = match lower.take() {
+                    Some(l) => tier::open_file(cx, l).await,
+                    None => (None, None),
                 };
                 now = fetch::now();
-                variants.clear();
-                store.lookup_into(cx.key(), &mut variants);
-                Event::Found(&variants, tier)
+                lower = opened.0;
+                match opened.1 {
+                    Some((obj, body)) => {
+                        file = Some(body);
+                        Event::FileFound(Some(obj))
+                    }
+                    None => Event::FileFound(None),
+                }
             }
-            // Not asked while the disk tier is opened before the lookup (`tier::open`).
-            Command::OpenFile => Event::FileFound(None),
             Command::Promote => {
-                variants.clear();
-                store.lookup_into(cx.key(), &mut variants);
-                Event::Found(&variants, Tier::Disk)
+                tier::promote(lower.take()).await;
+                now = fetch::now();
+                variants.0.clear();
+                store.lookup_into(cx.key(), &mut variants.0);
+                Event::Found(&variants.0, Tier::Disk)
             }
             Command::Memo => Event::Memo(shared.memo.lock().remembered(cx.key(), now)),
             Command::Join => match shared.fetches.join(cx.key()) {
@@ -412,6 +432,15 @@ async fn run<R: AsyncRead + Unpin>(
                 // ahead of it as if nobody were reading.
                 let mut reply = deliver::stored(&obj, view, now, s.outcome, s.status, from)
                     .with_detach(|| detach(cx, &obj));
+                if let (true, Some(body), ReplyBody::Stored { .. }) =
+                    (s.file, file.take(), &reply.body)
+                {
+                    // The whole body, from the tier's file (a 304 or 412 has none).
+                    reply.body = ReplyBody::Disk(Box::new(DiskReply {
+                        body,
+                        metrics: Arc::clone(&shared.metrics),
+                    }));
+                }
                 if s.fill {
                     if let Some(resp) = held.take() {
                         fetch::spawn_fill(shared, resp, Arc::clone(&obj));
@@ -450,40 +479,36 @@ async fn run<R: AsyncRead + Unpin>(
     }
 }
 
+thread_local! {
+    /// Lists a lookup copies a key's variants into, kept per thread so a request costs no
+    /// allocation for it (as `trove_cache::lookup` does for its own).
+    static VARIANTS: std::cell::Cell<Vec<Arc<Object>>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A variants list taken from this thread's spare, given back (cleared) when dropped, on
+/// whichever thread the request ends.
+struct Variants(Vec<Arc<Object>>);
+
+impl Variants {
+    fn take() -> Variants {
+        Variants(VARIANTS.with(|c| c.take()))
+    }
+}
+
+impl Drop for Variants {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.0);
+        v.clear();
+        VARIANTS.with(|c| c.set(v));
+    }
+}
+
 fn closing(reply: Reply, unfinished: bool) -> Reply {
     if unfinished {
         reply.closing()
     } else {
         reply
     }
-}
-
-/// A generated error for an origin that could not be reached, naming the upstream (in
-/// its body and in the log's hierarchy field).
-fn fail(
-    failure: Option<Failed>,
-    status: StatusCode,
-    outcome: Outcome,
-    cache_status: CacheStatus,
-) -> Reply {
-    let upstream = failure
-        .as_ref()
-        .and_then(|f| f.upstream.as_ref())
-        .map(|u| u.authority());
-    let text = match (&upstream, &failure) {
-        (Some(u), Some(f)) => format!("upstream {u}: {}", f.error),
-        (None, Some(f)) => f.error.to_string(),
-        (_, None) => "origin failed".to_string(),
-    };
-    let mut r = Reply::simple(status, outcome, &text);
-    r.peer = upstream;
-    r.headers
-        .insert(CACHE_STATUS, cache_status.header_value(None));
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
 }
 
 /// stale-while-revalidate: the stale response was served; refresh it in the background
@@ -544,54 +569,5 @@ pub(crate) async fn check_destination(
             Err(destination_refused(why))
         }
         Ok(Err(Blocked::Resolve(_))) | Err(_) => Ok(None),
-    }
-}
-
-/// The reply to a client whose destination the guard refused: 403, logged `TCP_DENIED`
-/// and, like every denial, without `Cache-Status` (the cache took no part).
-fn destination_refused(why: Refusal) -> Reply {
-    tracing::debug!(reason = why.as_str(), "destination refused");
-    Reply::simple(
-        StatusCode::FORBIDDEN,
-        Outcome::Denied,
-        &format!("the proxy will not connect there: {}", why.explain()),
-    )
-}
-
-/// Sends an origin response on without storing it; `headers` are its cleaned fields.
-fn pass_through(
-    cx: &Ctx<'_>,
-    resp: OriginResponse,
-    mut headers: HeaderMap,
-    outcome: Outcome,
-    status: CacheStatus,
-) -> Reply {
-    let upstream = resp.headers.get(CACHE_STATUS).cloned();
-    headers.insert(CACHE_STATUS, status.header_value(upstream.as_ref()));
-    let peer = Some(resp.upstream.authority());
-    let code = resp.status;
-    let no_body = cx.req.method == Method::HEAD
-        || code.is_informational()
-        || code == StatusCode::NO_CONTENT
-        || code == StatusCode::NOT_MODIFIED;
-    let body = if no_body {
-        let content_length = fetch::content_length_header(&resp.headers);
-        tokio::spawn(fetch::discard(resp));
-        ReplyBody::Empty { content_length }
-    } else {
-        ReplyBody::Origin(Box::new(PassBody {
-            resp,
-            abort: cx.shared.settings.cache.abort.policy(),
-            metrics: Arc::clone(&cx.shared.metrics),
-        }))
-    };
-    Reply {
-        status: code,
-        headers,
-        wire: None,
-        body,
-        outcome,
-        peer,
-        close: false,
     }
 }

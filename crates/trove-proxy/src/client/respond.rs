@@ -204,7 +204,7 @@ async fn write_inner<W: Sink>(
         ReplyBody::Disk(d) => {
             use std::sync::atomic::Ordering::Relaxed;
             match w
-                .send_disk(status, &headers, wire, keep_alive, version, &d.body)
+                .send_disk(status, &headers, wire, keep_alive, version, &*d.body)
                 .await
             {
                 Ok(()) => {

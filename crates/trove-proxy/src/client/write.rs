@@ -259,8 +259,8 @@ impl<W: Sink> ClientWriter<W> {
     /// Writes a head announcing `len` body bytes, then that body from disk: with
     /// `sendfile(2)` on a TCP socket (the head sent on its own first, see below), else read
     /// and written. Each `sendfile` call runs under
-    /// a pin of the record's region; see `trove_disk::zero_copy` for why that keeps every
-    /// byte sent the record's.
+    /// the tier's pin (`trove_store::FileBody::pinned`; see `trove_disk::zero_copy` for why
+    /// that keeps every byte sent the record's).
     #[allow(clippy::too_many_arguments)]
     pub async fn send_disk(
         &mut self,
@@ -269,7 +269,7 @@ impl<W: Sink> ClientWriter<W> {
         wire: &[u8],
         keep_alive: bool,
         client_version: Version,
-        body: &trove_disk::DiskBody,
+        body: &dyn trove_store::FileBody,
     ) -> Result<(), DiskSendError> {
         let len = body.len();
         self.head.clear();
@@ -329,15 +329,16 @@ impl<W: Sink> ClientWriter<W> {
                 tcp.async_io(tokio::io::Interest::WRITABLE, || {
                     // Under a pin for the call only, never across an await: see
                     // `trove_disk::zero_copy`, "Pins".
-                    let _pin = body.pin()?;
-                    rustix::fs::sendfile(tcp, file, Some(&mut offset), want)
-                        .map_err(std::io::Error::from)
+                    body.pinned(&mut || {
+                        rustix::fs::sendfile(tcp, file, Some(&mut offset), want)
+                            .map_err(std::io::Error::from)
+                    })
                 }),
             )
             .await
             .map_err(|_| DiskSendError::Io(timed_out()))?
             .map_err(|e| {
-                if trove_disk::is_reused(&e) {
+                if trove_store::tier::is_reused(&e) {
                     reset(tcp);
                     DiskSendError::Reused
                 } else {
@@ -357,7 +358,7 @@ impl<W: Sink> ClientWriter<W> {
 }
 
 fn disk_error(e: std::io::Error) -> DiskSendError {
-    if trove_disk::is_reused(&e) {
+    if trove_store::tier::is_reused(&e) {
         DiskSendError::Reused
     } else {
         DiskSendError::Io(e)

@@ -378,7 +378,7 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
         );
     }
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    if shared.disk.is_some() {
+    if shared.store.lower_stats().is_some() {
         let _ = write!(
             out,
             r#"</table><p>Hits by tier: memory {}, disk {} (of those sent with sendfile {}, cut off by a reclaimed region {}).</p><table>"#,

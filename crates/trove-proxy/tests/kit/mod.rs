@@ -505,20 +505,35 @@ impl Drop for TempDir {
 impl Trove {
     /// A forward proxy with default settings, adjusted by `f`.
     pub async fn forward(f: impl FnOnce(&mut Settings)) -> Trove {
-        Trove::start(Mode::Forward, None, f).await
+        Trove::start(Mode::Forward, None, None, f).await
     }
 
     /// A reverse proxy in front of `origin`, adjusted by `f`.
     pub async fn reverse(origin: &Origin, f: impl FnOnce(&mut Settings)) -> Trove {
-        Trove::start(Mode::Reverse, Some(origin.addr), f).await
+        Trove::start(Mode::Reverse, Some(origin.addr), None, f).await
+    }
+
+    /// [`Trove::reverse`], with `lower` opening the tiers under memory (`[cache.disk]`), as
+    /// the binary's opener does.
+    pub async fn reverse_over(
+        origin: &Origin,
+        lower: &dyn trove_proxy::OpenLower,
+        f: impl FnOnce(&mut Settings),
+    ) -> Trove {
+        Trove::start(Mode::Reverse, Some(origin.addr), Some(lower), f).await
     }
 
     /// A reverse proxy in front of a server of the test's own at `addr`.
     pub async fn reverse_to(addr: SocketAddr, f: impl FnOnce(&mut Settings)) -> Trove {
-        Trove::start(Mode::Reverse, Some(addr), f).await
+        Trove::start(Mode::Reverse, Some(addr), None, f).await
     }
 
-    async fn start(mode: Mode, origin: Option<SocketAddr>, f: impl FnOnce(&mut Settings)) -> Trove {
+    async fn start(
+        mode: Mode,
+        origin: Option<SocketAddr>,
+        lower: Option<&dyn trove_proxy::OpenLower>,
+        f: impl FnOnce(&mut Settings),
+    ) -> Trove {
         let dir = TempDir::new();
         let log_path = dir.0.join("access.log");
         let mut s = Settings {
@@ -539,7 +554,11 @@ impl Trove {
             }];
         }
         f(&mut s);
-        let running = trove_proxy::start(s).await.expect("trove starts");
+        let running = match lower {
+            Some(lower) => trove_proxy::start_with(s, lower).await,
+            None => trove_proxy::start(s).await,
+        }
+        .expect("trove starts");
         let addr = running.addrs[0].1;
         Trove {
             running,

@@ -11,10 +11,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use trove_http::Policy;
-use trove_store::{Object, Removal, Storage};
+use trove_store::{Lower, Object, Probe, Removal, Storage};
 
 use crate::cookie::CookiePolicy;
 use crate::decide::{self, BodyState, Rules};
@@ -25,59 +24,11 @@ use crate::outcome::{Outcome, Tier};
 use crate::partial;
 use crate::purge;
 use crate::request::Request;
-use crate::status::{CacheStatus, OriginFailure};
+use crate::status::CacheStatus;
 use crate::step::Steps;
 
-/// A request sent forward.
-#[derive(Debug)]
-pub struct Forward<'a> {
-    pub method: &'a Method,
-    /// The cache key, which is the absolute URI.
-    pub key: &'a str,
-    pub headers: HeaderMap,
-}
-
-/// An origin's whole answer.
-#[derive(Debug, Clone)]
-pub struct OriginAnswer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: AnswerBody,
-}
-
-/// An answer's body: its bytes, or only its length.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AnswerBody {
-    Bytes(Bytes),
-    /// `n` bytes nobody will read (a simulated origin's): stored size-only
-    /// ([`trove_store::Body::append_sized_now`]), so an object of any size, up to
-    /// terabytes, is decided on, charged and counted without being allocated.
-    Sized(u64),
-}
-
-impl AnswerBody {
-    pub fn len(&self) -> u64 {
-        match self {
-            AnswerBody::Bytes(b) => b.len() as u64,
-            AnswerBody::Sized(n) => *n,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl From<Bytes> for AnswerBody {
-    fn from(b: Bytes) -> Self {
-        AnswerBody::Bytes(b)
-    }
-}
-
-/// The origin side, answering at once.
-pub trait Origin {
-    fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure>;
-}
+mod origin;
+pub use origin::{AnswerBody, Forward, Origin, OriginAnswer};
 
 /// How one request was served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +47,8 @@ pub struct Engine {
     /// What the cache adds to `Via` on stored responses.
     pub via: HeaderValue,
     memo: PassMemo,
+    /// The list a lookup copies a key's variants into, kept so a request allocates none.
+    variants: Vec<Arc<Object>>,
 }
 
 impl Engine {
@@ -106,6 +59,7 @@ impl Engine {
             cookies,
             via: HeaderValue::from_static("1.1 trove"),
             memo: PassMemo::default(),
+            variants: Vec::new(),
         }
     }
 
@@ -145,6 +99,7 @@ impl Engine {
             cookies,
             via,
             memo,
+            variants,
         } = self;
         let store = &**store;
         let env = Env {
@@ -155,24 +110,33 @@ impl Engine {
             labeler: &Unlabelled,
         };
         let (req, key) = (flow.request(), flow.key());
-        let mut variants = Vec::new();
+        let mut lower: Option<Box<dyn Lower>> = None;
         // The origin's answer in hand.
         let mut held: Option<OriginAnswer> = None;
         let mut cmd = flow.next(&env, Event::Start);
         loop {
             let ev = match cmd {
                 Command::Guard(_) => Event::Allowed,
-                Command::Lookup => {
-                    variants.clear();
-                    store.lookup_into(key, &mut variants);
-                    Event::Found(&variants, Tier::Memory)
-                }
-                // The simulator sends no file: a lower tier's object is promoted.
+                Command::Lookup => match store.probe(key) {
+                    Probe::Lower(l) => {
+                        lower = Some(l);
+                        Event::Lower
+                    }
+                    Probe::Upper => {
+                        variants.clear();
+                        store.lookup_into(key, variants);
+                        Event::Found(variants, Tier::Memory)
+                    }
+                },
+                // The simulator sends no file: a lower tier's object is promoted, at once.
                 Command::OpenFile => Event::FileFound(None),
                 Command::Promote => {
+                    for fill in lower.take().map(|l| l.load()).unwrap_or_default() {
+                        fill.run();
+                    }
                     variants.clear();
-                    store.lookup_into(key, &mut variants);
-                    Event::Found(&variants, Tier::Disk)
+                    store.lookup_into(key, variants);
+                    Event::Found(variants, Tier::Disk)
                 }
                 Command::Memo => Event::Memo(memo.remembered(key, now)),
                 Command::Join => Event::Leading,

@@ -1,0 +1,58 @@
+//! What the simulator's origin is asked and answers: a whole answer at once, its body as
+//! bytes or only as a length.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::status::OriginFailure;
+
+/// A request sent forward.
+#[derive(Debug)]
+pub struct Forward<'a> {
+    pub method: &'a Method,
+    /// The cache key, which is the absolute URI.
+    pub key: &'a str,
+    pub headers: HeaderMap,
+}
+
+/// An origin's whole answer.
+#[derive(Debug, Clone)]
+pub struct OriginAnswer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: AnswerBody,
+}
+
+/// An answer's body: its bytes, or only its length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerBody {
+    Bytes(Bytes),
+    /// `n` bytes nobody will read (a simulated origin's): stored size-only
+    /// ([`trove_store::Body::append_sized_now`]), so an object of any size, up to
+    /// terabytes, is decided on, charged and counted without being allocated.
+    Sized(u64),
+}
+
+impl AnswerBody {
+    pub fn len(&self) -> u64 {
+        match self {
+            AnswerBody::Bytes(b) => b.len() as u64,
+            AnswerBody::Sized(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Bytes> for AnswerBody {
+    fn from(b: Bytes) -> Self {
+        AnswerBody::Bytes(b)
+    }
+}
+
+/// The origin side, answering at once.
+pub trait Origin {
+    fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure>;
+}
