@@ -11,9 +11,6 @@ use http::{HeaderMap, StatusCode};
 use trove_store::invalidation::{cache_hash, tag_hash, Mode, Selector};
 use trove_store::{Removal, Storage};
 
-use crate::flow::Respond;
-use crate::outcome::Outcome;
-
 /// Request fields of a `PURGE`: tags to invalidate instead of the URL (also Varnish
 /// xkey's `xkey-purge` and `xkey-softpurge`), a named cache, the URL as a prefix, and soft
 /// instead of hard.
@@ -58,6 +55,13 @@ pub struct Purged {
     pub rules: usize,
 }
 
+/// What the client is told: a status and a line of text (logged `TCP_PURGE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    pub status: StatusCode,
+    pub text: Cow<'static, str>,
+}
+
 /// Why a purge was not applied, as the client is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeRefused {
@@ -68,7 +72,7 @@ pub struct PurgeRefused {
 /// Reads a `PURGE`'s fields. A field that names tags (or a cache) but is empty is a
 /// mistake, such as an unset variable in a script: falling back to a purge of the URL
 /// would do something else, so it is refused.
-pub fn parse(h: &HeaderMap) -> Result<Purge, Respond> {
+pub fn parse(h: &HeaderMap) -> Result<Purge, Told> {
     use fields as pf;
     let flag = |name: &str| {
         h.get(name)
@@ -113,7 +117,7 @@ pub fn parse(h: &HeaderMap) -> Result<Purge, Respond> {
 }
 
 /// What the client is told once the purge was applied, or refused.
-pub fn answer(p: &Purge, result: Result<Purged, PurgeRefused>) -> Respond {
+pub fn answer(p: &Purge, result: Result<Purged, PurgeRefused>) -> Told {
     let done = match result {
         Ok(d) => d,
         Err(e) => return respond(e.status, e.text.into()),
@@ -178,13 +182,8 @@ pub fn apply(store: &dyn Storage, key: &str, p: &Purge, now: SystemTime) -> Purg
     }
 }
 
-fn respond(status: StatusCode, text: Cow<'static, str>) -> Respond {
-    Respond {
-        status,
-        outcome: Outcome::Purge,
-        cache_status: None,
-        text,
-    }
+fn respond(status: StatusCode, text: Cow<'static, str>) -> Told {
+    Told { status, text }
 }
 
 #[cfg(test)]

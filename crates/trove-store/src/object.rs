@@ -8,7 +8,7 @@ use http::{HeaderMap, StatusCode};
 
 use crate::body::Body;
 use crate::labels::Labels;
-use crate::tier::TierMarks;
+use crate::marks::TierMarks;
 
 /// The stored response head and what the caching rules need to judge it later.
 #[derive(Debug, Clone)]

@@ -16,12 +16,11 @@
 //!   [`FileBody`], a verified body lying in a file that the caller `sendfile`s under the
 //!   tier's pin, never naming the tier.
 //!
-//! Promotion and demotion happen inside the tiered store; [`TierMarks`] on each
+//! Promotion and demotion happen inside the tiered store; [`crate::TierMarks`] on each
 //! [`crate::Object`] hold its per-object tier state (on the lower tier already, being
 //! promoted), so no table keyed by id or address is needed for it.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::Bytes;
 
@@ -136,39 +135,6 @@ pub fn is_reused(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Reused>())
 }
 
-/// One mark a tiered store keeps on an object (see [`TierMarks`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Mark {
-    /// This snapshot is on the lower tier, or queued for it: evicting it writes nothing.
-    OnLower = 1,
-    /// Being promoted from the lower tier: an eviction within its own insert writes
-    /// nothing (it is there already).
-    Promoting = 2,
-}
-
-/// A stored object's state with respect to lower tiers, kept on the object (a snapshot:
-/// [`crate::Storage::update_meta`]'s new one starts unmarked, its head not yet written
-/// below). Atomic: set and read without the store's locks.
-#[derive(Debug, Default)]
-pub struct TierMarks(AtomicU8);
-
-impl TierMarks {
-    /// Sets `m`; true if it was not set.
-    pub fn set(&self, m: Mark) -> bool {
-        self.0.fetch_or(m as u8, Ordering::AcqRel) & m as u8 == 0
-    }
-
-    /// Clears `m`; true if it was set.
-    pub fn clear(&self, m: Mark) -> bool {
-        self.0.fetch_and(!(m as u8), Ordering::AcqRel) & m as u8 != 0
-    }
-
-    pub fn has(&self, m: Mark) -> bool {
-        self.0.load(Ordering::Acquire) & m as u8 != 0
-    }
-}
-
 /// A lower tier's figures (a disk's), for metrics, the admin API and health: what
 /// [`crate::Storage::lower_stats`] reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -209,18 +175,6 @@ pub struct LowerStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marks_set_and_clear_one_at_a_time() {
-        let m = TierMarks::default();
-        assert!(m.set(Mark::OnLower));
-        assert!(!m.set(Mark::OnLower), "already set");
-        assert!(m.set(Mark::Promoting));
-        assert!(m.clear(Mark::OnLower));
-        assert!(!m.has(Mark::OnLower));
-        assert!(m.has(Mark::Promoting));
-        assert!(!m.clear(Mark::OnLower));
-    }
 
     #[test]
     fn a_reused_error_is_known_as_such() {

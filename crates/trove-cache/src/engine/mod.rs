@@ -74,13 +74,13 @@ impl Engine {
     ) -> Served {
         let req = Request::new(method, headers);
         let mut revalidate = None;
-        let flow = Flow::new(req, key, BodyState::Empty);
-        let served = self.run(flow, now, origin, &mut revalidate);
+        let mut flow = Flow::new(req, key, BodyState::Empty);
+        let served = self.run(&mut flow, now, origin, &mut revalidate);
         // stale-while-revalidate: the stale response was served; refresh it now.
         if let Some(obj) = revalidate {
             let get = Method::GET;
-            let flow = Flow::background(Request::new(&get, headers), key, obj);
-            self.run(flow, now, origin, &mut None);
+            let mut flow = Flow::background(Request::new(&get, headers), key, obj);
+            self.run(&mut flow, now, origin, &mut None);
         }
         served
     }
@@ -88,7 +88,7 @@ impl Engine {
     /// Carries out `flow`'s commands until it ends.
     fn run(
         &mut self,
-        mut flow: Flow<'_>,
+        flow: &mut Flow<'_>,
         now: SystemTime,
         origin: &mut dyn Origin,
         revalidate: &mut Option<Arc<Object>>,
@@ -225,24 +225,24 @@ impl Engine {
                     let d = deliver::delivery(&s.obj, view);
                     let outcome = deliver::outcome(s.outcome, d, s.obj.head.status);
                     let status = deliver::status(d, &s.obj, view);
-                    return served(outcome, status, s.status, &flow);
+                    return served(outcome, status, s.status, flow);
                 }
                 Command::Forward(f) => {
                     let status = held.map_or(StatusCode::BAD_GATEWAY, |a| a.status);
-                    return served(f.outcome, status, f.status, &flow);
+                    return served(f.outcome, status, f.status, flow);
                 }
                 Command::Respond(r) => {
                     let cs = r.cache_status.unwrap_or_default();
-                    return served(r.outcome, r.status, cs, &flow);
+                    return served(r.outcome, r.status, cs, flow);
                 }
                 Command::Fail {
                     status,
                     outcome,
                     cache_status,
-                } => return served(outcome, status, cache_status, &flow),
+                } => return served(outcome, status, cache_status, flow),
                 Command::Finish => {
                     let none = CacheStatus::default();
-                    return served(Outcome::None, StatusCode::OK, none, &flow);
+                    return served(Outcome::None, StatusCode::OK, none, flow);
                 }
             };
             cmd = flow.next(&env, ev);

@@ -135,8 +135,9 @@ pub struct Serve {
     /// own fields: a stored answer to a POST is the client's whole response (RFC 9110
     /// §9.3.3), its preconditions were the origin's to judge.
     pub as_get: bool,
-    /// Fields only this client gets (the `Set-Cookie` kept out of the store).
-    pub leader_fields: HeaderMap,
+    /// Fields only this client gets (the `Set-Cookie` kept out of the store), if any
+    /// (boxed: a hit has none, and the command stays small).
+    pub leader_fields: Option<Box<HeaderMap>>,
     /// The object came from the origin just now (the log names the upstream).
     pub from_origin: bool,
     /// The object was just inserted from the answer in hand: start filling it once the
@@ -188,7 +189,7 @@ pub enum Command {
     /// Lead or join the fetch for this key. → [`Event::Leading`] / [`Event::Joined`]
     Join,
     /// Send to the origin. → [`Event::Answer`] / [`Event::Failed`]
-    Send(Send),
+    Send(Box<Send>),
     /// Insert this object; the tag names are its labels' names. → [`Event::Inserted`]
     Insert(Box<Object>, Vec<String>),
     /// Store `head` in place of the object's (same identity, same body). → [`Event::Updated`]
@@ -223,7 +224,7 @@ pub enum Command {
     Revalidate(Arc<Object>),
 
     // Ends: the flow is over.
-    Serve(Box<Serve>),
+    Serve(Serve),
     Forward(Box<Forward>),
     Respond(Respond),
     /// The origin failed: a generated error the driver words with its own error.

@@ -68,14 +68,14 @@ pub struct Flow<'r> {
     key: &'r str,
     state: State,
     /// Commands emitted and not yet handed out: effects, then one question or end.
-    queue: SmallVec<[Command; 4]>,
+    queue: SmallVec<[Command; 3]>,
     steps: Steps,
     /// The invalidation sequence number when the last request to the origin was sent.
     born: u64,
     /// Partial responses were combined at this lookup already.
     combined: bool,
     /// The origin's answer in hand, cleaned.
-    held: Option<Held>,
+    held: Option<Box<Held>>,
 }
 
 /// Where the flow is: what the next event answers.
@@ -375,7 +375,7 @@ impl<'r> Flow<'r> {
                     outcome: Outcome::RefreshUnmodified,
                     status: u.status,
                     as_get: false,
-                    leader_fields: u.leader_fields,
+                    leader_fields: boxed(u.leader_fields),
                     from_origin: true,
                     fill: false,
                     publish: false,
@@ -397,7 +397,7 @@ impl<'r> Flow<'r> {
                     outcome: i.outcome,
                     status: i.status,
                     as_get: i.as_get,
-                    leader_fields: i.leader_fields,
+                    leader_fields: boxed(i.leader_fields),
                     from_origin: true,
                     fill: true,
                     publish: i.leader,
@@ -460,7 +460,7 @@ impl<'r> Flow<'r> {
                 }
                 self.hold(env, &a);
                 self.label(env);
-                let held = self.held.as_ref().map(Held::head);
+                let held = self.held.as_deref().map(Held::head);
                 let verdict = match held {
                     Some(head) => respond::after_pass(
                         self.req,
@@ -475,7 +475,7 @@ impl<'r> Flow<'r> {
             }
             (State::Purging(p), Event::Purged(result)) => {
                 self.steps.push(Step::Deliver);
-                self.emit(Command::Respond(purge::answer(&p, result)));
+                self.emit(Command::Respond(told(purge::answer(&p, result))));
             }
             (State::BackgroundValidating(_), Event::Failed(_)) => self.emit(Command::Finish),
             (State::BackgroundValidating(obj), Event::Answer(a)) => {
@@ -542,7 +542,7 @@ impl<'r> Flow<'r> {
                         self.emit(Command::Purge(p.clone()));
                         self.state = State::Purging(p);
                     }
-                    Err(r) => self.emit(Command::Respond(r)),
+                    Err(t) => self.emit(Command::Respond(told(t))),
                 }
             }
             // Tunnels are a forward-proxy service; never pass CONNECT on to an origin.
@@ -551,11 +551,11 @@ impl<'r> Flow<'r> {
                 self.steps.push(Step::Pass);
                 self.born = born(env);
                 self.state = State::Passing;
-                self.emit(Command::Send(Send {
+                self.emit(Command::Send(Box::new(Send {
                     conditionals: Conditionals::Keep,
                     extra: None,
                     with_body: true,
-                }));
+                })));
             }
             Entry::Lookup => {
                 self.steps.push(Step::Lookup);
@@ -592,7 +592,7 @@ impl<'r> Flow<'r> {
                     outcome,
                     status,
                     as_get: false,
-                    leader_fields: HeaderMap::new(),
+                    leader_fields: None,
                     from_origin: false,
                     fill: false,
                     publish: false,
@@ -723,11 +723,11 @@ impl<'r> Flow<'r> {
     }
 
     fn send(&mut self, conditionals: Conditionals, extra: Option<HeaderMap>) {
-        self.emit(Command::Send(Send {
+        self.emit(Command::Send(Box::new(Send {
             conditionals,
             extra,
             with_body: false,
-        }));
+        })));
     }
 
     /// Takes the origin's answer in hand, its fields cleaned for storing and sending on.
@@ -740,7 +740,7 @@ impl<'r> Flow<'r> {
             })
             .flatten();
         let headers = respond::clean_response_headers(a.headers, env.via, a.response_time);
-        self.held = Some(Held {
+        self.held = Some(Box::new(Held {
             status: a.status,
             headers,
             content_length: a.content_length,
@@ -749,7 +749,7 @@ impl<'r> Flow<'r> {
             response_time: a.response_time,
             labels: Labels::default(),
             tags: Vec::new(),
-        });
+        }));
     }
 
     /// Labels the answer in hand for storing (the driver's tags may strip fields from it).
@@ -842,7 +842,7 @@ impl<'r> Flow<'r> {
             outcome,
             status,
             as_get: false,
-            leader_fields: HeaderMap::new(),
+            leader_fields: None,
             from_origin: false,
             fill: false,
             publish: false,
@@ -853,7 +853,7 @@ impl<'r> Flow<'r> {
 
     fn end_serve(&mut self, s: Serve) {
         self.steps.push(Step::Deliver);
-        self.emit(Command::Serve(Box::new(s)));
+        self.emit(Command::Serve(s));
     }
 
     /// The origin could not be reached: stale-if-error, or a generated error.
@@ -1015,6 +1015,21 @@ impl<'r> Flow<'r> {
                 self.emit(Command::Finish);
             }
         }
+    }
+}
+
+/// Fields only the leader gets, boxed when there are any.
+fn boxed(h: HeaderMap) -> Option<Box<HeaderMap>> {
+    (!h.is_empty()).then(|| Box::new(h))
+}
+
+/// A PURGE's answer as the flow's end.
+fn told(t: purge::Told) -> Respond {
+    Respond {
+        status: t.status,
+        outcome: Outcome::Purge,
+        cache_status: None,
+        text: t.text,
     }
 }
 

@@ -413,7 +413,6 @@ async fn run<R: AsyncRead + Unpin>(
                 Event::Done
             }
             Command::Serve(s) => {
-                let s = *s;
                 if let Some(tier) = s.tier {
                     shared.metrics.count_tier_hit(tier);
                 }
@@ -449,7 +448,7 @@ async fn run<R: AsyncRead + Unpin>(
                 if let (true, Some(l)) = (s.publish, leader.take()) {
                     l.publish(Collapsed::Stored(obj));
                 }
-                for (name, value) in &s.leader_fields {
+                for (name, value) in s.leader_fields.iter().flat_map(|h| h.iter()) {
                     reply.headers.append(name, value.clone());
                 }
                 return closing(reply, unfinished);
