@@ -18,22 +18,18 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::Arc;
 
 use http::header::{ETAG, IF_NONE_MATCH};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use serde::Serialize;
 use trove_cache::engine::{AnswerBody, Engine, Forward, Origin, OriginAnswer};
 use trove_cache::{OriginFailure, Outcome, ShedReason};
-use trove_store::{MemoryStore, Removal, Storage};
+use trove_store::Removal;
 
 use crate::intern::{FastMap, FastSet};
-use crate::replay::{Config, STORE_SHARDS};
+use crate::replay::Config;
 use crate::trace::replayable::{Answer, Event, Invalidation, ReplayableReader, Request, Selects};
 use crate::trace::Skipped;
-
-/// `trove serve`'s `Via` is `1.1 trove-xxxx`; a stored head is charged by its length.
-const VIA: &str = "1.1 trove-0000";
 
 /// How one configuration replayed the trace.
 #[derive(Debug, Clone, Serialize)]
@@ -95,15 +91,7 @@ impl Exact {
         let sims = configs
             .into_iter()
             .map(|cfg| {
-                let capacity = cfg.cache_size.unwrap_or(u64::MAX / 4);
-                let store: Arc<dyn Storage> = Arc::new(MemoryStore::new(
-                    capacity,
-                    STORE_SHARDS,
-                    cfg.max_object,
-                    cfg.policy,
-                ));
-                let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
-                engine.via = HeaderValue::from_static(VIA);
+                let engine = crate::replay::engine_for(&cfg);
                 let result = ConfigResult {
                     cache_size: cfg.cache_size,
                     policy: cfg.policy.as_str(),

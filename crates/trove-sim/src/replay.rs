@@ -68,17 +68,23 @@ struct Sim {
     net: Option<NetModel>,
 }
 
+/// The engine one configuration replays through: its memory tier, policies and `Via`.
+pub(crate) fn engine_for(cfg: &Config) -> Engine {
+    let capacity = cfg.cache_size.unwrap_or(u64::MAX / 4);
+    let store: Arc<dyn Storage> = Arc::new(MemoryStore::new(
+        capacity,
+        STORE_SHARDS,
+        cfg.max_object,
+        cfg.policy,
+    ));
+    let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
+    engine.via = HeaderValue::from_static(VIA);
+    engine
+}
+
 impl Sim {
     fn new(cfg: Config) -> Sim {
-        let capacity = cfg.cache_size.unwrap_or(u64::MAX / 4);
-        let store: Arc<dyn Storage> = Arc::new(MemoryStore::new(
-            capacity,
-            STORE_SHARDS,
-            cfg.max_object,
-            cfg.policy,
-        ));
-        let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
-        engine.via = HeaderValue::from_static(VIA);
+        let engine = engine_for(&cfg);
         let net = cfg.net.clone().map(NetModel::new);
         Sim {
             cfg,

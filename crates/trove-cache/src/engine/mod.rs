@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use trove_http::Policy;
-use trove_store::{Lower, Object, Probe, Removal, Storage};
+use trove_store::{Lower, Object, Probe, Storage};
 
 use crate::cookie::CookiePolicy;
 use crate::decide::{self, BodyState, Rules};
@@ -115,7 +115,14 @@ impl Engine {
         let mut held: Option<OriginAnswer> = None;
         let mut cmd = flow.next(&env, Event::Start);
         loop {
-            let ev = match cmd {
+            let command = match cmd.on_store(store) {
+                Ok(()) => {
+                    cmd = flow.next(&env, Event::Done);
+                    continue;
+                }
+                Err(c) => c,
+            };
+            let ev = match command {
                 Command::Guard(_) => Event::Allowed,
                 Command::Lookup => match store.probe(key) {
                     Probe::Lower(l) => {
@@ -173,24 +180,11 @@ impl Engine {
                 }
                 Command::Combine => Event::Combined(partial::combine(store, policy, key)),
                 Command::Purge(p) => Event::Purged(Ok(purge::apply(store, key, &p, now))),
-                Command::Touch(obj) => {
-                    store.touch(&obj);
-                    Event::Done
-                }
-                Command::Remove(obj, why) => {
-                    store.remove_object(&obj, why);
-                    Event::Done
-                }
-                Command::Invalidate(keys) => {
-                    for k in keys {
-                        store.remove(&k, Removal::Invalidated);
-                    }
-                    Event::Done
-                }
-                Command::Freshen(obj, head) => {
-                    store.update_meta(&obj, *head);
-                    Event::Done
-                }
+                // Carried out by `Command::on_store` above.
+                Command::Touch(_)
+                | Command::Remove(..)
+                | Command::Invalidate(_)
+                | Command::Freshen(..) => Event::Done,
                 Command::Remember => {
                     memo.remember(key, now);
                     Event::Done

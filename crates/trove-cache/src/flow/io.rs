@@ -266,6 +266,27 @@ impl Command {
         )
     }
 
+    /// Carries out an effect that changes only the store (touch, remove, invalidate,
+    /// freshen), the same for every driver; any other command is handed back.
+    pub fn on_store(self, store: &dyn Storage) -> Result<(), Command> {
+        match self {
+            Command::Touch(obj) => store.touch(&obj),
+            Command::Remove(obj, why) => {
+                store.remove_object(&obj, why);
+            }
+            Command::Invalidate(keys) => {
+                for key in keys {
+                    store.remove(&key, Removal::Invalidated);
+                }
+            }
+            Command::Freshen(obj, head) => {
+                store.update_meta(&obj, *head);
+            }
+            other => return Err(other),
+        }
+        Ok(())
+    }
+
     /// Its name, for traces and the table-driven tests.
     pub fn name(&self) -> &'static str {
         match self {

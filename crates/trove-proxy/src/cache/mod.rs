@@ -33,7 +33,7 @@ use tokio::io::AsyncRead;
 use trove_cache::decide::BodyState;
 use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard, Labeler};
 use trove_cache::{partial, Conditionals, Outcome, Request, Tier, CACHE_STATUS};
-use trove_store::{FileBody, Labels, Lower, Object, Probe, Removal};
+use trove_store::{FileBody, Labels, Lower, Object, Probe};
 
 use crate::client::body::RequestBody;
 use crate::client::head::RequestHead;
@@ -229,7 +229,14 @@ async fn run<R: AsyncRead + Unpin>(
     let mut unfinished = false;
     let mut cmd = flow.next(&env(now), Event::Start);
     loop {
-        let ev = match cmd {
+        let command = match cmd.on_store(store) {
+            Ok(()) => {
+                cmd = flow.next(&env(now), Event::Done);
+                continue;
+            }
+            Err(c) => c,
+        };
+        let ev = match command {
             // Anything that may reach the origin, a stored copy of it included, is checked
             // first. PURGE reaches nothing; its own ACL governs it.
             Command::Guard(Guard::Origin) => {
@@ -370,24 +377,11 @@ async fn run<R: AsyncRead + Unpin>(
                 now = fetch::now();
                 Event::Purged(done)
             }
-            Command::Touch(obj) => {
-                store.touch(&obj);
-                Event::Done
-            }
-            Command::Remove(obj, why) => {
-                store.remove_object(&obj, why);
-                Event::Done
-            }
-            Command::Invalidate(keys) => {
-                for key in keys {
-                    store.remove(&key, Removal::Invalidated);
-                }
-                Event::Done
-            }
-            Command::Freshen(obj, head) => {
-                store.update_meta(&obj, *head);
-                Event::Done
-            }
+            // Carried out by `Command::on_store` above.
+            Command::Touch(_)
+            | Command::Remove(..)
+            | Command::Invalidate(_)
+            | Command::Freshen(..) => Event::Done,
             Command::Remember => {
                 shared.memo.lock().remember(cx.key(), now);
                 Event::Done
