@@ -1,6 +1,5 @@
 //! The Lookup step: which stored variant, if any, can answer this request, and how.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -10,7 +9,7 @@ use trove_http::{
     effective_response_cc, reuse, CacheControl, Policy, Reuse, StaleReason, StoredResponse,
     ValidateReason,
 };
-use trove_store::{Invalidations, Object, Removal, Storage, Verdict};
+use trove_store::{Invalidations, Object, Removal, Verdict};
 
 use crate::request::Request;
 use crate::{partial, prepare};
@@ -38,50 +37,6 @@ fn rank(r: &Reuse) -> u8 {
     }
 }
 
-thread_local! {
-    /// The list the store copies a key's variants into, kept per thread so a lookup costs
-    /// no allocation (every request makes one; the simulator makes millions a second).
-    static VARIANTS: Cell<Vec<Arc<Object>>> = const { Cell::new(Vec::new()) };
-}
-
-/// Looks `key` up and judges each stored variant; the most usable, then most recent, wins.
-/// A variant whose body failed is removed on the way.
-pub fn lookup(
-    store: &dyn Storage,
-    key: &str,
-    req: Request<'_>,
-    policy: &Policy,
-    now: SystemTime,
-) -> Lookup {
-    VARIANTS.with(|cell| {
-        // Taken, not borrowed: a store that looked up again from within would find an
-        // empty list and allocate its own, nothing worse.
-        let mut variants = cell.take();
-        store.lookup_into(key, &mut variants);
-        let found = judge(store, &variants, req, policy, now);
-        variants.clear();
-        cell.set(variants);
-        found
-    })
-}
-
-/// The Lookup step as both drivers run it: [`lookup`], and when only stored pieces of the
-/// response exist (a Vary miss), combine the partial responses that fit together
-/// (RFC 9111 §3.4) and look again.
-pub fn lookup_combining(
-    store: &dyn Storage,
-    key: &str,
-    req: Request<'_>,
-    policy: &Policy,
-    now: SystemTime,
-) -> Lookup {
-    let found = lookup(store, key, req, policy, now);
-    if matches!(found, Lookup::VaryMiss) && partial::combine(store, policy, key) {
-        return lookup(store, key, req, policy, now);
-    }
-    found
-}
-
 impl Lookup {
     /// Nothing stored can answer: the request will go forward as a miss, so (and only then)
     /// the memo of uncacheable URLs matters.
@@ -96,21 +51,8 @@ impl Lookup {
     }
 }
 
-/// Judges the variants `store` returned for one key.
-pub fn judge(
-    store: &dyn Storage,
-    variants: &[Arc<Object>],
-    req: Request<'_>,
-    policy: &Policy,
-    now: SystemTime,
-) -> Lookup {
-    let inv = store.invalidations().map(|i| &**i);
-    judge_variants(inv, variants, req, policy, now, &mut |obj, why| {
-        store.remove_object(obj, why);
-    })
-}
-
-/// [`judge`] without touching the store: a variant whose body failed, or that a rule made
+/// Judges the variants the store returned for one key, without touching the store: a
+/// variant whose body failed, or that a rule made
 /// since its fetch invalidated, is handed to `remove` (the flow turns each into a
 /// [`crate::flow::Command::Remove`]) and judged no further.
 pub fn judge_variants(
