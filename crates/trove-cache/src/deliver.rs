@@ -58,25 +58,37 @@ pub fn outcome(base: Outcome, d: Delivery, stored_status: StatusCode) -> Outcome
     }
 }
 
-/// The status line the client gets: 304, 412, or for a stored complete 200 the answer to
-/// the client's `Range` (206 or 416, RFC 9110 §14).
+/// The status line the client gets: 304, 412, or for a stored 200 the answer to the
+/// client's `Range` (206 or 416, RFC 9110 §14), as the proxy serves it: against the body's
+/// length (what arrived if it is complete, else what the origin declared), a single range
+/// even while the body arrives, several only from a complete one (else the whole response,
+/// which §14.2 permits).
 pub fn status(d: Delivery, obj: &Object, req: Request<'_>) -> StatusCode {
     match d {
         Delivery::NotModified => StatusCode::NOT_MODIFIED,
         Delivery::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
         Delivery::Response => {
             let complete = matches!(obj.body.outcome(), Some(Ok(())));
+            let total = if complete {
+                Some(obj.body.len())
+            } else {
+                obj.body.expected_len()
+            };
+            let Some(total) = total else {
+                return obj.head.status;
+            };
             if obj.head.status != StatusCode::OK
-                || !complete
                 || *req.method != http::Method::GET
                 || !req.headers.contains_key(http::header::RANGE)
             {
                 return obj.head.status;
             }
-            match range::range_outcome(req.method, req.headers, &obj.head.headers, obj.body.len()) {
+            match range::range_outcome(req.method, req.headers, &obj.head.headers, total) {
                 RangeOutcome::Full => obj.head.status,
                 RangeOutcome::Unsatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
-                RangeOutcome::Single(_) | RangeOutcome::Multi(_) => StatusCode::PARTIAL_CONTENT,
+                RangeOutcome::Single(_) => StatusCode::PARTIAL_CONTENT,
+                RangeOutcome::Multi(_) if complete => StatusCode::PARTIAL_CONTENT,
+                RangeOutcome::Multi(_) => obj.head.status,
             }
         }
     }

@@ -310,9 +310,37 @@ pub(crate) struct Shared {
     /// "Pins"): the writer retires a region's `seq`, then waits for its count to drain
     /// before it punches and rewrites the region.
     pub pins: Vec<std::sync::atomic::AtomicU32>,
+    /// Jobs queued and jobs the writer has carried out (flushes aside): a replay reads the
+    /// second to know where trove's writer was ([`crate::DiskStore::progress`]).
+    pub jobs_pushed: AtomicU64,
+    pub jobs_done: AtomicU64,
+    /// Set when the writer is held (a replay's, [`crate::DiskStore::hold_writer`]).
+    pub gate: std::sync::OnceLock<Gate>,
+}
+
+/// A held writer: it carries out jobs only as far as it is released to.
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    /// Jobs it may have taken in all.
+    pub allowed: AtomicU64,
+    /// Jobs it has taken.
+    pub taken: AtomicU64,
+    /// Signalled when jobs are done.
+    pub done: (Mutex<()>, Condvar),
 }
 
 impl Shared {
+    /// Queues a job for the writer.
+    pub fn push(&self, job: Job) {
+        let mut q = self.queue.lock();
+        if !matches!(job, Job::Flush(_)) {
+            self.jobs_pushed.fetch_add(1, Ordering::AcqRel);
+        }
+        q.push_back(job);
+        drop(q);
+        self.wake.notify_one();
+    }
+
     /// Stops using the disk: one log line, the metric, and memory-only from now on.
     pub fn fail(&self, what: &str, err: &dyn std::fmt::Display) {
         self.stats.io_errors.fetch_add(1, Ordering::Relaxed);

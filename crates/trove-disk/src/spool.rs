@@ -141,9 +141,7 @@ impl DiskSpool {
     }
 
     fn push(&self, job: Job) {
-        let s = &self.0.shared;
-        s.queue.lock().push_back(job);
-        s.wake.notify_one();
+        self.0.shared.push(job);
     }
 
     /// At most [`READ`] bytes from `pos`: the first read of a fragment in this process

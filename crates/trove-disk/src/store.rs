@@ -24,8 +24,8 @@ use crate::index::{Index, Loc, Varied, MAX_REGIONS, MAX_REGION_SIZE};
 use crate::journal::{JournalError, Restored, RuleJournal};
 use crate::reader::Loaded;
 use crate::shared::{
-    DiskConfig, DiskStats, DrainRate, Job, LateRemoval, Shared, Stats, ALL_SALT, FAILED, READY,
-    RECOVERING,
+    DiskConfig, DiskStats, DrainRate, Gate, Job, LateRemoval, Shared, Stats, ALL_SALT, FAILED,
+    READY, RECOVERING,
 };
 use crate::zero_copy::{self, Blocked, Cached, Mode, OnDisk};
 
@@ -113,6 +113,9 @@ impl DiskStore {
             stop: AtomicBool::new(false),
             config,
             failure_logged: AtomicBool::new(false),
+            jobs_pushed: AtomicU64::new(0),
+            jobs_done: AtomicU64::new(0),
+            gate: std::sync::OnceLock::new(),
         });
         if restored.lost_acknowledged || journal_wiped {
             shared.stats.journal_damaged.fetch_add(1, Ordering::Relaxed);
@@ -301,8 +304,45 @@ impl DiskStore {
     }
 
     fn push(&self, job: Job) {
-        self.shared.queue.lock().push_back(job);
-        self.shared.wake.notify_one();
+        self.shared.push(job);
+    }
+
+    /// Jobs (writes, tombstones, fragments) the writer has carried out so far: where it
+    /// is, for a trace to record beside each request ([`trove_store::Storage::lower_progress`]).
+    pub fn progress(&self) -> u64 {
+        self.shared.jobs_done.load(Ordering::Acquire)
+    }
+
+    /// Holds the writer: from now on it carries out queued jobs only as far as
+    /// [`DiskStore::release`] lets it. For a replay that puts the writer where a trace says
+    /// trove's was (its writer runs beside the requests: what it has written or reclaimed
+    /// when a request looks up depends on timing). Call before the store is used.
+    pub fn hold_writer(&self) {
+        let _ = self.shared.gate.set(Gate::default());
+    }
+
+    /// With the writer held: lets it carry out the jobs queued up to the `n`th in all (of
+    /// those queued now), and waits until it has.
+    pub fn release(&self, n: u64) {
+        let Some(g) = self.shared.gate.get() else {
+            return;
+        };
+        // Only what is queued now: a job queued later (by the request about to run) waits
+        // for the next release, not for the writer's timing.
+        let target = {
+            let _q = self.shared.queue.lock();
+            let target = n.min(self.shared.jobs_pushed.load(Ordering::Acquire));
+            g.allowed.fetch_max(target, Ordering::AcqRel);
+            self.shared.wake.notify_one();
+            target
+        };
+        let mut lock = g.done.0.lock();
+        loop {
+            if self.shared.jobs_done.load(Ordering::Acquire) >= target || self.has_failed() {
+                return;
+            }
+            g.done.1.wait_for(&mut lock, Duration::from_millis(50));
+        }
     }
 
     /// Removes every variant of `key` (`variant: None`) or one, from the index now and, by a
@@ -458,6 +498,14 @@ impl DiskStore {
 
     /// Waits until everything queued so far is written (and synced when `sync`).
     pub fn flush(&self) {
+        if let Some(g) = self.shared.gate.get() {
+            // A held writer too: everything queued so far.
+            let _q = self.shared.queue.lock();
+            g.allowed.fetch_max(
+                self.shared.jobs_pushed.load(Ordering::Acquire),
+                Ordering::AcqRel,
+            );
+        }
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         self.push(Job::Flush(Arc::clone(&done)));
         let mut d = done.0.lock();

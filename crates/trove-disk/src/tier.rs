@@ -272,6 +272,9 @@ struct Inner {
     /// included a whole one.
     last_pass: Mutex<Option<(std::time::Instant, std::time::Duration)>>,
     pass_every: std::time::Duration,
+    /// `Some`: passes over the disk are made only when told ([`Tiered::pass_on_next_scan`],
+    /// the flag), never by the clock.
+    told: Option<std::sync::atomic::AtomicBool>,
     scanned_all: std::sync::atomic::AtomicBool,
     spool: SpoolConfig,
     spooling: Spooling,
@@ -318,6 +321,23 @@ impl Tiered {
             inner.pass_every = every;
         }
         self
+    }
+
+    /// Passes over the disk only when told ([`Tiered::pass_on_next_scan`]), whatever the
+    /// time: for a replay that makes them where a trace says trove made them. Set before
+    /// the store is used, like [`Tiered::with_spool`].
+    pub fn with_passes_told(mut self) -> Tiered {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.told = Some(std::sync::atomic::AtomicBool::new(false));
+        }
+        self
+    }
+
+    /// With [`Tiered::with_passes_told`]: the next scan passes over the disk.
+    pub fn pass_on_next_scan(&self) {
+        if let Some(t) = &self.0.told {
+            t.store(true, std::sync::atomic::Ordering::Release);
+        }
     }
 
     pub fn disk(&self) -> &DiskStore {
@@ -410,6 +430,7 @@ impl Inner {
             recent: Mutex::default(),
             last_pass: Mutex::new(None),
             pass_every: DISK_PASS_EVERY,
+            told: None,
             scanned_all: std::sync::atomic::AtomicBool::new(false),
             spool: SpoolConfig::default(),
             spooling: Mutex::default(),
@@ -637,10 +658,13 @@ impl Storage for Inner {
         }
         // At most every `pass_every`, and never more than a tenth of the time: a pass
         // reads every region in use.
-        let due = self
-            .last_pass
-            .lock()
-            .is_none_or(|(at, took)| at.elapsed() >= self.pass_every.max(took * 10));
+        let due = match &self.told {
+            Some(told) => told.swap(false, Ordering::AcqRel),
+            None => self
+                .last_pass
+                .lock()
+                .is_none_or(|(at, took)| at.elapsed() >= self.pass_every.max(took * 10)),
+        };
         if due {
             let started = std::time::Instant::now();
             let whole = self.disk.pass();
@@ -926,6 +950,9 @@ impl Storage for Tiered {
     }
     fn scans(&self) -> bool {
         self.0.scans()
+    }
+    fn lower_progress(&self) -> Option<u64> {
+        Some(self.0.disk.progress())
     }
 }
 

@@ -158,6 +158,7 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             })
             .sum();
         let mut flushes = Vec::new();
+        let done = jobs.iter().filter(|j| !matches!(j, Job::Flush(_))).count() as u64;
         let result = (|| {
             for job in jobs {
                 match job {
@@ -181,6 +182,11 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             Ok::<(), std::io::Error>(())
         })();
         shared.drain.sample(bytes, busy.elapsed());
+        shared.jobs_done.fetch_add(done, Ordering::AcqRel);
+        if let Some(g) = shared.gate.get() {
+            let _l = g.done.0.lock();
+            g.done.1.notify_all();
+        }
         for done in flushes {
             *done.0.lock() = true;
             done.1.notify_all();
@@ -253,10 +259,39 @@ fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
     let interval = shared.config.sync_interval;
     let wait = unsynced_since.map_or(interval, |t| interval.saturating_sub(t.elapsed()));
     let mut q = shared.queue.lock();
-    if q.is_empty() && !shared.stop.load(Ordering::Acquire) && !wait.is_zero() {
+    let stop = shared.stop.load(Ordering::Acquire);
+    let Some(gate) = shared.gate.get().filter(|_| !stop) else {
+        if q.is_empty() && !stop && !wait.is_zero() {
+            shared.wake.wait_for(&mut q, wait);
+        }
+        let jobs: Vec<Job> = q.drain(..).collect();
+        return (jobs, shared.stop.load(Ordering::Acquire));
+    };
+    // Held: the jobs released so far, flushes with them.
+    let room = |g: &crate::shared::Gate| {
+        g.allowed
+            .load(Ordering::Acquire)
+            .saturating_sub(g.taken.load(Ordering::Acquire))
+    };
+    let ready = |q: &std::collections::VecDeque<Job>| {
+        q.front()
+            .is_some_and(|j| matches!(j, Job::Flush(_)) || room(gate) > 0)
+    };
+    if !ready(&q) && !wait.is_zero() {
         shared.wake.wait_for(&mut q, wait);
     }
-    let jobs: Vec<Job> = q.drain(..).collect();
+    let mut jobs = Vec::new();
+    let mut left = room(gate);
+    while let Some(job) = q.front() {
+        if !matches!(job, Job::Flush(_)) {
+            if left == 0 {
+                break;
+            }
+            left -= 1;
+            gate.taken.fetch_add(1, Ordering::AcqRel);
+        }
+        jobs.extend(q.pop_front());
+    }
     (jobs, shared.stop.load(Ordering::Acquire))
 }
 

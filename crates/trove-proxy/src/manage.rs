@@ -682,15 +682,18 @@ pub fn spawn_sweeper(current: Arc<crate::state::Current>, every: Duration) {
             let t = &s.settings.timeouts;
             let keep = (t.origin_response + t.connect) * 2;
             let store = Arc::clone(&s.store);
+            let trace = Arc::clone(&s.trace);
             drop(s);
             // A thread of its own, not the runtime's blocking pool: shutting down never
             // waits for a pass over a large store.
             let (tx, rx) = tokio::sync::oneshot::channel();
             std::thread::spawn(move || {
-                let before = SystemTime::now()
-                    .checked_sub(keep)
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
-                let _ = tx.send(inv.sweep(&*store, before));
+                let now = SystemTime::now();
+                let before = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
+                let report = inv.sweep(&*store, before);
+                // The replay sweeps where trove swept (what it removes frees memory).
+                trace.sweep(now, before, store.scans());
+                let _ = tx.send(report);
             });
             let _ = rx.await;
         }

@@ -73,6 +73,8 @@ const SECRET: &[&str] = &[
 pub struct Capture {
     /// The first reading of the request path's clock: the lookup's `now`.
     pub looked_up: Option<SystemTime>,
+    /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
+    pub lower_jobs: Option<u64>,
     pub origin: Vec<OriginRecord>,
     pub invalidations: Vec<InvalidationRecord>,
 }
@@ -110,6 +112,15 @@ fn with(f: impl FnOnce(&mut Capture)) -> bool {
 pub fn note_now(now: SystemTime) {
     with(|c| {
         c.looked_up.get_or_insert(now);
+    });
+}
+
+/// Notes where the lower tier's writer was when the request was looked up (the first
+/// lookup's; see `trove_store::Storage::lower_progress`).
+pub fn note_lower(progress: Option<u64>) {
+    let Some(p) = progress else { return };
+    with(|c| {
+        c.lower_jobs.get_or_insert(p);
     });
 }
 
@@ -213,6 +224,10 @@ pub struct RequestRecord<'a> {
     pub aborted: bool,
     /// Bytes sent to the client, head and body.
     pub bytes: u64,
+    /// Where the disk tier's writer was at the lookup (jobs done): a replay puts its own
+    /// there. Absent without a disk tier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_jobs: Option<u64>,
     /// The origin's answers, in the order they came (none for a hit).
     pub origin: Vec<OriginRecord>,
     /// Invalidations the request made (a `PURGE`).
@@ -230,6 +245,26 @@ struct StandaloneInvalidation<'a> {
     value: &'a str,
     soft: bool,
     seq: u64,
+}
+
+/// A record of a stored body's end.
+#[derive(Debug, Serialize)]
+struct FilledRecord<'a> {
+    v: u32,
+    kind: &'static str,
+    at_us: u64,
+    url: &'a str,
+    ok: bool,
+}
+
+/// A record of a pass of the invalidation sweeper.
+#[derive(Debug, Serialize)]
+struct SweepRecord {
+    v: u32,
+    kind: &'static str,
+    at_us: u64,
+    retire_before_us: u64,
+    whole: bool,
 }
 
 /// What one request was, for [`TraceLog::request`].
@@ -297,6 +332,39 @@ impl TraceLog {
         self.0.append(|buf| write_json(buf, &r));
     }
 
+    /// Writes the record of a stored body's end: whole (`ok`), or failed (and removed).
+    pub fn filled(&self, url: &str, ok: bool, at: SystemTime) {
+        if !self.enabled() {
+            return;
+        }
+        let r = FilledRecord {
+            v: VERSION,
+            kind: "filled",
+            at_us: micros(at),
+            url,
+            ok,
+        };
+        self.0.append(|buf| write_json(buf, &r));
+    }
+
+    /// Writes the record of a pass of the invalidation sweeper begun at `at` (see
+    /// [`crate::manage::spawn_sweeper`]): it removed what the rules kill, and retired the
+    /// rules made before `retire_before`; `whole` when it covered the whole store (with a
+    /// disk tier: when it passed over the disk too, which it does at most every minute).
+    pub fn sweep(&self, at: SystemTime, retire_before: SystemTime, whole: bool) {
+        if !self.enabled() {
+            return;
+        }
+        let r = SweepRecord {
+            v: VERSION,
+            kind: "sweep",
+            at_us: micros(at),
+            retire_before_us: micros(retire_before),
+            whole,
+        };
+        self.0.append(|buf| write_json(buf, &r));
+    }
+
     pub fn reopen(&self) {
         self.0.reopen();
     }
@@ -328,6 +396,7 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
         result: x.outcome.as_str(),
         aborted: x.aborted,
         bytes: x.bytes,
+        lower_jobs: capture.lower_jobs,
         origin: capture.origin,
         invalidations: capture.invalidations,
     }

@@ -237,6 +237,23 @@ pub struct ReplayArgs {
     /// falls; CPU time per configuration does not.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// A disk tier under each configuration's memory (`[cache.disk] size`, `1GiB`): trove's
+    /// own, writing real files (zeros of each object's size) in a directory of its own,
+    /// removed at the end. None by default.
+    #[arg(long)]
+    pub disk: Option<String>,
+    /// The disk tier's `region_size`.
+    #[arg(long, default_value = "16MiB")]
+    pub disk_region: String,
+    /// The disk tier's `sendfile_min`: disk hits on bodies this large are not promoted.
+    #[arg(long, default_value = "64KiB")]
+    pub disk_sendfile_min: String,
+    /// The disk tier's `reclaim`: `fifo-reinsert` or `fifo`.
+    #[arg(long, default_value = "fifo-reinsert")]
+    pub disk_reclaim: String,
+    /// Where the disk tiers' directories go (default: the system's temporary directory).
+    #[arg(long)]
+    pub disk_dir: Option<std::path::PathBuf>,
 }
 
 /// Where the records come from: what a replay and a conversion share.
@@ -398,6 +415,7 @@ fn model(m: ModelArgs) -> anyhow::Result<()> {
 /// The configurations the arguments ask for.
 pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
     let max_object = parse_size(&a.max_object)?.unwrap_or(u64::MAX / 4);
+    let disk = disk_model(a)?;
     let mut sizes = Vec::new();
     for s in &a.sizes {
         sizes.push(parse_size(s)?);
@@ -516,6 +534,7 @@ pub fn configs(a: &ReplayArgs) -> anyhow::Result<Vec<Config>> {
                 cookies: cookies.clone(),
                 heuristic: Policy::default(),
                 net: net.clone(),
+                disk: disk.clone(),
             });
         }
     }
@@ -703,7 +722,7 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
         a.threads.clamp(1, configs.len())
     };
     if threads == 1 {
-        let replay = outcomes(Replay::new(assume.clone(), configs))?;
+        let replay = outcomes(Replay::new(assume.clone(), configs)?)?;
         return sweep::run(
             opened.reader,
             replay,
@@ -728,7 +747,7 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
                 let outcomes = &outcomes;
                 s.spawn(move || -> anyhow::Result<Report> {
                     let opened = open(&src)?;
-                    let mut replay = Replay::new(assume.clone(), group);
+                    let mut replay = Replay::new(assume.clone(), group)?;
                     if i == 0 {
                         replay = outcomes(replay)?;
                     }
@@ -777,6 +796,27 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
 }
 
 /// Whether the trace is trove's replayable trace (`--format trace`, or its first line).
+/// The disk tier `--disk` asks for, checked as `trove serve --check` checks it.
+fn disk_model(a: &ReplayArgs) -> anyhow::Result<Option<crate::disk::DiskModel>> {
+    let Some(disk) = &a.disk else {
+        return Ok(None);
+    };
+    let size = |s: &str, what: &str| -> anyhow::Result<u64> {
+        parse_size(s)?.ok_or_else(|| anyhow::anyhow!("{what}: a size in bytes ({s:?})"))
+    };
+    let mut m = crate::disk::DiskModel::new(size(disk, "--disk")?);
+    m.region_size = size(&a.disk_region, "--disk-region")?;
+    m.sendfile_min = size(&a.disk_sendfile_min, "--disk-sendfile-min")?;
+    m.reclaim = match a.disk_reclaim.as_str() {
+        "fifo-reinsert" => trove_disk::Reclaim::FifoReinsert,
+        "fifo" => trove_disk::Reclaim::Fifo,
+        other => anyhow::bail!("--disk-reclaim: fifo-reinsert or fifo, not {other:?}"),
+    };
+    m.dir = a.disk_dir.clone();
+    m.check()?;
+    Ok(Some(m))
+}
+
 pub fn is_replayable(a: &ReplayArgs) -> anyhow::Result<bool> {
     let Some(trace) = a.trace.as_deref() else {
         return Ok(false);
@@ -807,7 +847,7 @@ pub fn replay_exact(a: &ReplayArgs) -> anyhow::Result<crate::exact::ExactReport>
         let f = File::open(src.trace).map_err(|e| anyhow::anyhow!("{}: {e}", src.trace))?;
         Box::new(BufReader::with_capacity(1 << 20, f))
     };
-    let mut exact = crate::exact::Exact::new(configs, src.trace);
+    let mut exact = crate::exact::Exact::new(configs, src.trace)?;
     if let Some(path) = &a.outcomes {
         let f = File::create(path)
             .map_err(|e| anyhow::anyhow!("--outcomes {}: {e}", path.display()))?;
@@ -853,6 +893,13 @@ fn output_exact(a: &ReplayArgs, r: &crate::exact::ExactReport) -> anyhow::Result
             c.origin_requests,
             c.differing
         );
+        if let Some(d) = &c.disk {
+            println!(
+                "    disk: {} hits, {} objects, {} writes ({} dropped), {} regions reclaimed, \
+                 {} reinserted",
+                d.hits, d.objects, d.writes, d.writes_dropped, d.regions_reclaimed, d.reinserted
+            );
+        }
         for (n, what, recorded, replayed) in &c.examples {
             println!("    request {n}: {what}: trove {recorded}, replay {replayed}");
         }

@@ -11,24 +11,39 @@
 //! validator matches the answer's, else the answer). A request trove refused before the
 //! cache (`TCP_DENIED`) touches nothing.
 //!
-//! Invalidations are applied where trove applied them, by time: a URL's at once (trove
-//! removes its variants at once too), a prefix's to every URL the trace has named under
-//! it. Soft invalidations and those by tag, named cache or ban select what only trove's
-//! labels know: they are counted (`unsupported_invalidations`), not applied.
+//! Invalidations are applied as trove applied them: a rule in the store's rule log (which
+//! judges what was fetched before it, soft or hard, and the fetches in flight when it
+//! came), and, when hard, a URL's variants removed at once, as trove removes them (a
+//! prefix's: every URL the trace has named under it). They are applied at their time; one
+//! that landed while a request was waiting for its origin's answer (trove looked the
+//! request up before it, and received the answer after it) is applied just before the
+//! replay hands that answer over, so a revalidation or fetch it raced finds it as trove's
+//! did. Bans are applied from their pattern. Those by tag or named cache select by labels
+//! only trove keeps: they are counted (`unsupported_invalidations`), not applied.
+//!
+//! With a disk tier (`--disk`), the disk's writer is waited for after each request (see
+//! `crate::disk`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use http::header::{ETAG, IF_NONE_MATCH};
 use http::{HeaderMap, Method, StatusCode};
 use serde::Serialize;
 use trove_cache::engine::{AnswerBody, Engine, Forward, Origin, OriginAnswer};
 use trove_cache::{OriginFailure, Outcome, ShedReason};
-use trove_store::Removal;
+use trove_store::hash::key_hash;
+use trove_store::invalidation::{Ban, Mode, Selector};
+use trove_store::{Object, Removal, Storage};
 
-use crate::intern::{FastMap, FastSet};
+use crate::disk::DiskTier;
+use crate::intern::FastMap;
 use crate::replay::Config;
-use crate::trace::replayable::{Answer, Event, Invalidation, ReplayableReader, Request, Selects};
+use crate::trace::replayable::{
+    Answer, Event, Invalidation, ReplayableReader, Request, Selects, REORDER,
+};
 use crate::trace::Skipped;
 
 /// How one configuration replayed the trace.
@@ -46,6 +61,19 @@ pub struct ConfigResult {
     pub examples: Vec<(u64, String, String, String)>,
     pub outcomes: BTreeMap<&'static str, u64>,
     pub evictions: u64,
+    /// The disk tier's counts, with `--disk`.
+    pub disk: Option<DiskCounts>,
+}
+
+/// What a replay's disk tier did (trove's `trove_disk_*` metrics of the same names).
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskCounts {
+    pub objects: u64,
+    pub writes: u64,
+    pub writes_dropped: u64,
+    pub regions_reclaimed: u64,
+    pub reinserted: u64,
+    pub hits: u64,
 }
 
 /// What the exact replay did.
@@ -58,6 +86,8 @@ pub struct ExactReport {
     pub compared: u64,
     pub invalidations: u64,
     pub unsupported_invalidations: u64,
+    /// Passes of trove's invalidation sweeper, made where trove made them.
+    pub sweeps: u64,
     /// Origin requests the replay made beyond the trace's, answered with the URL's latest.
     pub answers_reused: u64,
     /// Origin requests nothing recorded could answer (answered 502).
@@ -68,7 +98,58 @@ pub struct ExactReport {
 
 struct Sim {
     engine: Engine,
+    disk: Option<DiskTier>,
     result: ConfigResult,
+    /// Bodies whose heads are stored, waiting for the trace to say where trove's ended
+    /// (its `filled` records), in order.
+    arriving: VecDeque<Arriving>,
+}
+
+/// A body the replay stores where trove's ended.
+struct Arriving {
+    url: String,
+    obj: Arc<Object>,
+    body: Option<AnswerBody>,
+    /// Stored then if no `filled` record came (a trace that has none).
+    deadline: SystemTime,
+}
+
+impl Sim {
+    /// Puts the disk's writer where trove's was (see `crate::disk`).
+    fn settle(&self, upto: Option<u64>) {
+        if let Some(d) = &self.disk {
+            d.settle(upto);
+        }
+    }
+
+    /// Stores the body of the first arriving object of `url` (or fails it): trove's ended.
+    fn filled(&mut self, url: &str, ok: bool) {
+        let Some(i) = self.arriving.iter().position(|a| a.url == url) else {
+            return;
+        };
+        if let Some(a) = self.arriving.remove(i) {
+            self.end(a, ok);
+        }
+    }
+
+    /// Stores what is still arriving and should have ended by `now`.
+    fn overdue(&mut self, now: SystemTime) {
+        while self.arriving.front().is_some_and(|a| a.deadline < now) {
+            if let Some(a) = self.arriving.pop_front() {
+                self.end(a, true);
+            }
+        }
+    }
+
+    fn end(&mut self, a: Arriving, ok: bool) {
+        let store = &*self.engine.store;
+        if ok {
+            trove_cache::engine::fill(store, &a.obj, a.body);
+        } else {
+            a.obj.body.finish(Err(trove_store::BodyError::Incomplete));
+            store.remove_object(&a.obj, Removal::Failed);
+        }
+    }
 }
 
 /// The replay in progress.
@@ -76,8 +157,6 @@ pub struct Exact {
     sims: Vec<Sim>,
     /// The latest whole answer recorded for each URL.
     latest: FastMap<String, Answer>,
-    /// Every URL the trace named (for prefix invalidations).
-    urls: FastSet<String>,
     outcomes: Option<Box<dyn Write>>,
     report: ExactReport,
     index: u64,
@@ -87,11 +166,12 @@ pub struct Exact {
 const EXAMPLES: usize = 10;
 
 impl Exact {
-    pub fn new(configs: Vec<Config>, trace: &str) -> Exact {
+    /// The replay of `configs`; an error if a disk tier can't be opened.
+    pub fn new(configs: Vec<Config>, trace: &str) -> anyhow::Result<Exact> {
         let sims = configs
             .into_iter()
             .map(|cfg| {
-                let engine = crate::replay::engine_for(&cfg);
+                let (engine, disk) = crate::replay::engine_for(&cfg, true)?;
                 let result = ConfigResult {
                     cache_size: cfg.cache_size,
                     policy: cfg.policy.as_str(),
@@ -103,14 +183,19 @@ impl Exact {
                     examples: Vec::new(),
                     outcomes: BTreeMap::new(),
                     evictions: 0,
+                    disk: None,
                 };
-                Sim { engine, result }
+                Ok(Sim {
+                    engine,
+                    disk,
+                    result,
+                    arriving: VecDeque::new(),
+                })
             })
-            .collect();
-        Exact {
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Exact {
             sims,
             latest: FastMap::default(),
-            urls: FastSet::default(),
             outcomes: None,
             report: ExactReport {
                 trace: trace.to_string(),
@@ -118,13 +203,14 @@ impl Exact {
                 compared: 0,
                 invalidations: 0,
                 unsupported_invalidations: 0,
+                sweeps: 0,
                 answers_reused: 0,
                 answers_missing: 0,
                 skipped: Skipped::default(),
                 results: Vec::new(),
             },
             index: 0,
-        }
+        })
     }
 
     /// Writes the first configuration's `RESULT/status` for every request to `w`.
@@ -133,48 +219,64 @@ impl Exact {
         self
     }
 
-    /// Replays one record.
-    pub fn feed(&mut self, event: &Event) -> std::io::Result<()> {
+    /// Replays one record, with the invalidations that landed while it waited for its
+    /// origin (`racing`: see the module docs).
+    pub fn feed(
+        &mut self,
+        event: &Event,
+        racing: &[(SystemTime, Invalidation)],
+    ) -> std::io::Result<()> {
+        for sim in &mut self.sims {
+            sim.overdue(event.at());
+        }
         match event {
-            Event::Invalidation(_, inv) => {
-                self.invalidate(inv);
+            Event::Filled { url, ok, .. } => {
+                for sim in &mut self.sims {
+                    sim.filled(url, *ok);
+                }
                 Ok(())
             }
-            Event::Request(r) => self.request(r),
+            Event::Invalidation(at, inv) => {
+                self.count(inv);
+                for sim in &self.sims {
+                    apply(&*sim.engine.store, inv, *at);
+                }
+                Ok(())
+            }
+            Event::Request(r) => self.request(r, racing),
+            Event::Sweep(sweep) => {
+                self.report.sweeps += 1;
+                for sim in &self.sims {
+                    if let Some(d) = &sim.disk {
+                        if sweep.whole {
+                            d.store.pass_on_next_scan();
+                        }
+                    }
+                    let store = &*sim.engine.store;
+                    if let Some(rules) = store.invalidations() {
+                        rules.sweep(store, sweep.retire_before);
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
-    fn invalidate(&mut self, inv: &Invalidation) {
+    /// Counts an invalidation, and whether the replay can apply it.
+    fn count(&mut self, inv: &Invalidation) {
         self.report.invalidations += 1;
-        if inv.soft {
+        if !applicable(inv) {
             self.report.unsupported_invalidations += 1;
-            return;
-        }
-        let keys: Vec<&String> = match inv.selects {
-            Selects::Url => vec![&inv.value],
-            Selects::Prefix => self
-                .urls
-                .iter()
-                .filter(|u| u.starts_with(&inv.value))
-                .collect(),
-            Selects::Tag | Selects::Cache | Selects::Ban => {
-                self.report.unsupported_invalidations += 1;
-                return;
-            }
-        };
-        for sim in &mut self.sims {
-            for k in &keys {
-                sim.engine.store.remove(k, Removal::Purged);
-            }
         }
     }
 
-    fn request(&mut self, r: &Request) -> std::io::Result<()> {
+    fn request(
+        &mut self,
+        r: &Request,
+        racing: &[(SystemTime, Invalidation)],
+    ) -> std::io::Result<()> {
         self.report.requests += 1;
         self.index += 1;
-        if !self.urls.contains(&r.url) {
-            self.urls.insert(r.url.clone());
-        }
         let recorded = r.code();
         let compared = r.status != 0;
         if compared {
@@ -186,14 +288,21 @@ impl Exact {
             && r.invalidations
                 .iter()
                 .any(|i| i.selects != Selects::Url || i.soft);
+        if purge_by_rule {
+            for inv in &r.invalidations {
+                self.count(inv);
+            }
+        }
+        for (_, inv) in racing {
+            self.count(inv);
+        }
         for i in 0..self.sims.len() {
+            let store = Arc::clone(&self.sims[i].engine.store);
             let replayed = if r.result == Outcome::Denied.as_str() {
                 format!("{}/{:03}", Outcome::Denied.as_str(), r.status)
             } else if purge_by_rule {
                 for inv in &r.invalidations {
-                    if i == 0 {
-                        self.invalidate(inv);
-                    }
+                    apply(&*store, inv, r.at);
                 }
                 format!("{}/200", Outcome::Purge.as_str())
             } else {
@@ -204,11 +313,30 @@ impl Exact {
                     asked: 0,
                     reused: 0,
                     missing: 0,
+                    racing,
+                    applied: 0,
+                    store: &*store,
+                    arriving: Vec::new(),
                 };
                 let sim = &mut self.sims[i];
+                sim.settle(r.lower_jobs);
                 let served = sim
                     .engine
                     .handle(&r.method, &r.url, &r.headers, r.at, &mut origin);
+                // Those that landed after its last answer's head arrived, after it.
+                for (at, inv) in &racing[origin.applied..] {
+                    apply(&*store, inv, *at);
+                }
+                let deadline = r.done + REORDER;
+                for (obj, body) in origin.arriving {
+                    sim.arriving.push_back(Arriving {
+                        url: r.url.clone(),
+                        obj,
+                        body,
+                        deadline,
+                    });
+                }
+
                 let res = &mut sim.result;
                 res.requests += 1;
                 res.origin_requests += origin.asked;
@@ -222,6 +350,11 @@ impl Exact {
                 }
                 format!("{}/{:03}", served.outcome.as_str(), served.status.as_u16())
             };
+            if r.result == Outcome::Denied.as_str() || purge_by_rule {
+                for (at, inv) in racing {
+                    apply(&*store, inv, *at);
+                }
+            }
             let res = &mut self.sims[i].result;
             if compared && replayed != recorded {
                 res.differing += 1;
@@ -270,6 +403,17 @@ impl Exact {
                     r.hits as f64 / r.requests as f64
                 };
                 r.evictions = s.engine.store.stats().evictions;
+                r.disk = s.disk.as_ref().map(|d| {
+                    let st = d.store.disk().stats();
+                    DiskCounts {
+                        objects: st.objects,
+                        writes: st.writes,
+                        writes_dropped: st.writes_dropped,
+                        regions_reclaimed: st.regions_reclaimed,
+                        reinserted: st.reinserted,
+                        hits: st.hits,
+                    }
+                });
                 r
             })
             .collect();
@@ -281,10 +425,24 @@ impl Exact {
 pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<ExactReport> {
     let mut reader = ReplayableReader::new(input);
     while let Some(e) = reader.next_event() {
-        exact.feed(&e)?;
+        // What landed while its origin's answers were on their way.
+        let racing = match &e {
+            Event::Request(r) => match r.answers.iter().map(|a| a.received).max() {
+                Some(until) => reader.take_invalidations(until),
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        exact.feed(&e, &racing)?;
     }
     if let Some(e) = reader.error() {
         anyhow::bail!("reading the trace: {e}");
+    }
+    // Bodies the trace never said the end of.
+    for sim in &mut exact.sims {
+        while let Some(a) = sim.arriving.pop_front() {
+            sim.end(a, true);
+        }
     }
     Ok(exact.report(reader.skipped()))
 }
@@ -297,13 +455,43 @@ struct Recorded<'a> {
     asked: u64,
     reused: u64,
     missing: u64,
+    /// Invalidations that landed while the request waited for its origin, in order, and
+    /// how many of them are applied.
+    racing: &'a [(SystemTime, Invalidation)],
+    applied: usize,
+    store: &'a dyn Storage,
+    /// Bodies to store where trove's ended.
+    arriving: Vec<(Arc<Object>, Option<AnswerBody>)>,
+}
+
+impl Recorded<'_> {
+    /// Applies the racing invalidations made at `until` or before.
+    fn apply_until(&mut self, until: SystemTime) {
+        while let Some((at, inv)) = self.racing.get(self.applied) {
+            if *at > until {
+                break;
+            }
+            apply(self.store, inv, *at);
+            self.applied += 1;
+        }
+    }
 }
 
 impl Origin for Recorded<'_> {
+    /// Kept, to be stored where trove's body ended (see [`Sim::filled`]).
+    fn store_body(&mut self, _: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
+        self.arriving.push((obj, body));
+    }
+
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
         self.asked += 1;
         let recorded = self.request.answers.get(self.next);
         self.next += 1;
+        // What trove applied before this answer's head arrived, the replay applies before
+        // handing it over (the request was sent before them: they judge what it brings).
+        if let Some(a) = recorded {
+            self.apply_until(a.received);
+        }
         let a = match (recorded, self.request.answers.last(), self.latest) {
             (Some(a), _, _) => a,
             // Asked once more than trove asked: the latest whole answer known.
@@ -371,6 +559,49 @@ fn body_length(a: &Answer, status: StatusCode, method: &Method) -> u64 {
         return 0;
     }
     a.length.unwrap_or(0)
+}
+
+/// True for an invalidation the replay can apply (see the module docs).
+fn applicable(inv: &Invalidation) -> bool {
+    match inv.selects {
+        Selects::Url | Selects::Prefix => true,
+        Selects::Ban => ban(&inv.value).is_some(),
+        Selects::Tag | Selects::Cache => false,
+    }
+}
+
+/// A ban as the trace writes it: `subject op value`.
+fn ban(value: &str) -> Option<Ban> {
+    let mut parts = value.splitn(3, ' ');
+    let (subject, op, pattern) = (parts.next()?, parts.next()?, parts.next()?);
+    Ban::parse(subject, op, pattern).ok()
+}
+
+/// Applies `inv`, made at `at`, to `store` as trove applied it (see the module docs);
+/// what it can't apply is left alone (and was counted).
+fn apply(store: &dyn Storage, inv: &Invalidation, at: SystemTime) {
+    let Some(rules) = store.invalidations() else {
+        return;
+    };
+    let mode = if inv.soft { Mode::Soft } else { Mode::Hard };
+    match inv.selects {
+        Selects::Url => {
+            rules.add(Selector::Key(key_hash(&inv.value)), mode, at);
+            if !inv.soft {
+                store.remove(&inv.value, Removal::Purged);
+            }
+        }
+        // Removed by the sweeps that follow, as in trove.
+        Selects::Prefix => {
+            rules.add(Selector::Prefix(inv.value.clone()), mode, at);
+        }
+        Selects::Ban => {
+            if let Some(b) = ban(&inv.value) {
+                let _ = rules.add_ban(b, mode, at);
+            }
+        }
+        Selects::Tag | Selects::Cache => {}
+    }
 }
 
 fn failure(name: &str) -> OriginFailure {

@@ -4,8 +4,9 @@
 //!
 //! There is no second cache here. Every request goes through `trove_cache::engine` (the
 //! synchronous driver of the same core `trove serve` runs) over a `trove_store::MemoryStore`
-//! with the server's shard count and eviction policies (`Lru`, `S3Fifo`), so a hit in the
-//! simulator is a hit in the server; `tests/agreement.rs` holds the two to the same result
+//! with the server's shard count and eviction policies (`Lru`, `S3Fifo`), and with `--disk`
+//! trove's own disk tier under it (`trove_disk::Tiered`), so a hit in the simulator is a
+//! hit in the server; `tests/agreement.rs` holds the two to the same result
 //! codes over loopback.
 //!
 //! Code map:
@@ -16,6 +17,8 @@
 //! - `origin`: the replay's origin, answering each record at once.
 //! - `exact`: the exact replay of trove's replayable trace (`trace::replayable`): each
 //!   request with its recorded fields, answered with the origin's recorded answers.
+//! - `disk`: the disk tier a configuration replays with (`--disk`), trove's own, in a
+//!   directory of its own, its writer waited for after each request.
 //! - `intern`: work done once per distinct URL, client and server.
 //! - `replay`: the driver over the engine with a virtual clock; several configurations from
 //!   one pass.
@@ -33,6 +36,7 @@
 
 pub mod assume;
 pub mod cli;
+pub mod disk;
 pub mod exact;
 pub mod intern;
 pub mod latency;

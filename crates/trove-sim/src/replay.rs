@@ -20,6 +20,7 @@ use trove_http::Policy;
 use trove_store::{EvictionKind, MemoryStore, Removal, Storage};
 
 use crate::assume::{guess_type, is_hit_result, Assumptions, Head};
+use crate::disk::{DiskModel, DiskTier};
 use crate::intern::{FastMap, FastSet, Names};
 use crate::net::{Exchange, NetModel, NetReport, Params};
 use crate::origin::{Asked, Scratch, TraceOrigin, Wanted};
@@ -48,6 +49,8 @@ pub struct Config {
     pub heuristic: Policy,
     /// The network model, or `None` for hit ratios only.
     pub net: Option<Params>,
+    /// A disk tier under the memory tier, or `None` for memory only.
+    pub disk: Option<DiskModel>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -64,34 +67,43 @@ struct Counters {
 struct Sim {
     cfg: Config,
     engine: Engine,
+    disk: Option<DiskTier>,
     c: Counters,
     net: Option<NetModel>,
 }
 
-/// The engine one configuration replays through: its memory tier, policies and `Via`.
-pub(crate) fn engine_for(cfg: &Config) -> Engine {
+/// The engine one configuration replays through (its memory tier, policies and `Via`), and
+/// its disk tier if it has one (its writer `held`: see [`DiskTier::open`]).
+pub(crate) fn engine_for(cfg: &Config, held: bool) -> anyhow::Result<(Engine, Option<DiskTier>)> {
     let capacity = cfg.cache_size.unwrap_or(u64::MAX / 4);
-    let store: Arc<dyn Storage> = Arc::new(MemoryStore::new(
-        capacity,
-        STORE_SHARDS,
-        cfg.max_object,
-        cfg.policy,
-    ));
+    let memory = MemoryStore::new(capacity, STORE_SHARDS, cfg.max_object, cfg.policy);
+    let (store, disk): (Arc<dyn Storage>, _) = match &cfg.disk {
+        None => (Arc::new(memory), None),
+        Some(model) => {
+            let tier = DiskTier::open(memory, model, held)?;
+            (tier.store.clone(), Some(tier))
+        }
+    };
     let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
     engine.via = HeaderValue::from_static(VIA);
-    engine
+    if let Some(model) = &cfg.disk {
+        engine.file_min = Some(model.sendfile_min);
+        engine.real_bodies = true;
+    }
+    Ok((engine, disk))
 }
 
 impl Sim {
-    fn new(cfg: Config) -> Sim {
-        let engine = engine_for(&cfg);
+    fn new(cfg: Config) -> anyhow::Result<Sim> {
+        let (engine, disk) = engine_for(&cfg, false)?;
         let net = cfg.net.clone().map(NetModel::new);
-        Sim {
+        Ok(Sim {
             cfg,
             engine,
+            disk,
             c: Counters::default(),
             net,
-        }
+        })
     }
 }
 
@@ -144,10 +156,11 @@ pub struct Replay {
 }
 
 impl Replay {
-    pub fn new(assumptions: Assumptions, configs: Vec<Config>) -> Replay {
+    /// The replay of `configs`; an error if a disk tier can't be opened.
+    pub fn new(assumptions: Assumptions, configs: Vec<Config>) -> anyhow::Result<Replay> {
         let mut cookie = HeaderMap::new();
         cookie.insert(http::header::COOKIE, HeaderValue::from_static("session=1"));
-        Replay {
+        Ok(Replay {
             assumptions,
             urls: FastMap::default(),
             numbered: FastMap::default(),
@@ -156,7 +169,10 @@ impl Replay {
             info: Vec::new(),
             clients: Names::default(),
             servers: Names::default(),
-            sims: configs.into_iter().map(Sim::new).collect(),
+            sims: configs
+                .into_iter()
+                .map(Sim::new)
+                .collect::<anyhow::Result<_>>()?,
             scratch: Scratch::default(),
             clock: 0.0,
             first: None,
@@ -166,7 +182,7 @@ impl Replay {
             unreplayable: 0,
             replayed: 0,
             outcomes: None,
-        }
+        })
     }
 
     /// Writes the first configuration's `RESULT/status` for every replayed record to `w`,
@@ -351,6 +367,9 @@ impl Replay {
                 asked: Asked::default(),
             };
             let served = sim.engine.handle(&method, key, headers, now, &mut origin);
+            if let Some(d) = &sim.disk {
+                d.settle(None);
+            }
             let asked = origin.asked;
             let hit = served.outcome.is_hit();
             let c = &mut sim.c;

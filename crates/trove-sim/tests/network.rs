@@ -39,6 +39,7 @@ fn config(net: Option<Params>, cookies: CookiePolicy) -> Config {
         cookies,
         heuristic: Policy::default(),
         net,
+        disk: None,
     }
 }
 
@@ -46,7 +47,7 @@ fn config(net: Option<Params>, cookies: CookiePolicy) -> Config {
 type Rec = (f64, &'static str, &'static str, u64, u64);
 
 fn run(assume: Assumptions, cfg: Config, recs: &[Rec]) -> ConfigReport {
-    let mut r = Replay::new(assume, vec![cfg]);
+    let mut r = Replay::new(assume, vec![cfg]).unwrap();
     for &(time, client, url, bytes, size) in recs {
         r.feed(&Record {
             time,

@@ -4,8 +4,9 @@
 //! `private`, `max-age`, `Expires`, heuristic freshness, `must-revalidate`, validators
 //! changing over time (the origin's `304`s and new versions), the clients' conditionals,
 //! `no-cache` reloads, `Range`, `HEAD`, `PURGE`, admin-API invalidations between requests
-//! and admin-API invalidations racing a fetch in flight. Nothing is assumed: the trace
-//! holds the requests' fields and the origin's answers.
+//! and admin-API invalidations (hard and soft, by URL and by prefix) racing a fetch or a
+//! revalidation in flight; with the disk tier on, under eviction pressure in both tiers.
+//! Nothing is assumed: the trace holds the requests' fields and the origin's answers.
 //!
 //! The origin changes its objects' validators every few seconds and its freshness
 //! lifetimes are a few seconds, so objects go stale, are revalidated and replaced while
@@ -15,6 +16,8 @@
 //! A test that cannot fail is a defect: the same trace replayed without its invalidation
 //! records must disagree.
 
+#[path = "../../trove-proxy/tests/kit/disk.rs"]
+mod disk_tier;
 #[path = "../../trove-proxy/tests/kit/mod.rs"]
 mod kit;
 
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use kit::{Action, SeenRequest, Trove};
+use trove_proxy::settings::DiskSettings;
 use trove_sim::cli::ReplayArgs;
 use trove_store::EvictionKind;
 
@@ -37,6 +41,11 @@ const OBJECTS: u64 = 400;
 
 /// The memory tier's budget.
 const MEMORY: u64 = 1 << 20;
+
+/// The disk tier's, when it is on: about half of what the objects take, in regions of
+/// [`REGION`].
+const DISK: u64 = 3 << 20;
+const REGION: u64 = 1 << 20;
 
 /// How often the origin's objects change (their validators with them).
 const VERSION_EVERY: Duration = Duration::from_secs(4);
@@ -55,20 +64,17 @@ fn http_date(t: SystemTime) -> String {
     trove_http::field::format_http_date(t)
 }
 
-/// The origin: `/k/<i>` behaves by `i % 8` (see [`kind`]); `/r/<i>` is cachable and sends
-/// its body slowly, so an invalidation can race it.
+/// The origin: `/k/<i>` behaves by `i % 8`; `/r/<i>` is cachable and sends its body
+/// slowly, so an invalidation can race it; `/v/<i>` is fresh for a second and answers a
+/// revalidation late, so an invalidation can race that.
 fn origin(req: &SeenRequest, began: Instant) -> Action {
     let now = SystemTime::now();
     let version = began.elapsed().as_secs() / VERSION_EVERY.as_secs();
-    let (slow, i) = match req.path.strip_prefix("/r/") {
-        Some(i) => (true, i.parse().unwrap_or(0)),
-        None => (
-            false,
-            req.path
-                .strip_prefix("/k/")
-                .and_then(|i| i.parse().ok())
-                .unwrap_or(0),
-        ),
+    let number = |p: &str| req.path.strip_prefix(p).and_then(|i| i.parse().ok());
+    let (slow, revalidated, i) = match (number("/r/"), number("/v/")) {
+        (Some(i), _) => (true, false, i),
+        (_, Some(i)) => (false, true, i),
+        _ => (false, false, number("/k/").unwrap_or(0)),
     };
     let etag = format!("\"{i}-{version}\"");
     let last_modified =
@@ -78,7 +84,11 @@ fn origin(req: &SeenRequest, began: Instant) -> Action {
         ("content-type".into(), "text/plain".into()),
     ];
     let mut validators = true;
-    let k = if slow { 100 } else { i % 8 };
+    let k = match (slow, revalidated) {
+        (true, _) => 100,
+        (_, true) => 101,
+        _ => i % 8,
+    };
     match k {
         0 | 1 => h.push(("cache-control".into(), format!("max-age={}", 1 + i % 3))),
         2 => h.push(("expires".into(), http_date(now + Duration::from_secs(2)))),
@@ -94,6 +104,7 @@ fn origin(req: &SeenRequest, began: Instant) -> Action {
         5 => {}
         6 => h.push(("cache-control".into(), "private, max-age=60".into())),
         7 => h.push(("cache-control".into(), "max-age=0, must-revalidate".into())),
+        101 => h.push(("cache-control".into(), "max-age=1".into())),
         // Never stale while a run lasts: its races are with fetches, not revalidations
         // (see `a_revalidation_raced_by_an_invalidation`).
         _ => h.push(("cache-control".into(), "max-age=3600".into())),
@@ -109,6 +120,10 @@ fn origin(req: &SeenRequest, began: Instant) -> Action {
             _ => false,
         };
         if unmodified {
+            if revalidated {
+                // Late enough for the test to invalidate meanwhile.
+                std::thread::sleep(Duration::from_millis(40));
+            }
             return Action::Respond {
                 status: 304,
                 headers: h,
@@ -166,18 +181,31 @@ struct Mix {
     races: u64,
 }
 
-/// Drives `n` requests through a fresh `trove serve` with eviction policy `eviction` and
-/// the trace on; returns the trace's text and what was sent.
-async fn through_trove(n: u64, eviction: EvictionKind, seed: u64) -> (String, Mix) {
+/// Drives `n` requests through a fresh `trove serve` with eviction policy `eviction`, the
+/// disk tier on when `disk`, and the trace on; returns the trace's text and what was sent.
+async fn through_trove(n: u64, eviction: EvictionKind, disk: bool, seed: u64) -> (String, Mix) {
     let began = Instant::now();
     let origin = kit::Origin::start(move |req, _| origin(req, began)).await;
     let dir = kit::TempDir::new();
     let trace_path = dir.0.join("trace.jsonl");
     let tp = trace_path.to_string_lossy().to_string();
-    let trove = Trove::forward(move |s| {
+    let disk_path = dir.0.join("disk");
+    let trove = Trove::forward_over(&disk_tier::DiskTier, move |s| {
         s.cache.memory = MEMORY;
         s.cache.eviction = eviction;
         s.log.trace = tp;
+        if disk {
+            s.cache.disk = Some(DiskSettings {
+                path: vec![disk_path],
+                size: DISK,
+                sync_interval: Duration::from_secs(1),
+                region_size: REGION,
+                reclaim: Default::default(),
+                sendfile_min: 64 << 10,
+                max_object: 1 << 30,
+                on_failure: Default::default(),
+            });
+        }
     })
     .await;
     let shared = Arc::clone(&trove.running.shared);
@@ -192,9 +220,14 @@ async fn through_trove(n: u64, eviction: EvictionKind, seed: u64) -> (String, Mi
         let i = rng.below(OBJECTS) * rng.below(OBJECTS) / OBJECTS;
         let url = format!("{base}/k/{i}");
         if r < 3 {
-            // An admin-API invalidation of a URL, between requests.
+            // An admin-API invalidation of a URL, between requests; one in three soft.
             let call = trove_api::Invalidate {
                 url: Some(url.clone()),
+                mode: if rng.below(3) == 0 {
+                    trove_api::Mode::Soft
+                } else {
+                    trove_api::Mode::Hard
+                },
                 ..Default::default()
             };
             trove_proxy::manage::invalidate(&shared, &call, SystemTime::now()).unwrap();
@@ -228,10 +261,41 @@ async fn through_trove(n: u64, eviction: EvictionKind, seed: u64) -> (String, Mi
             mix.requests += 1;
             continue;
         }
-        if r < 8 {
-            // A URL in the racing set, asked for again (a miss after a race).
+        if r < 6 {
+            // An invalidation (by URL, or by a prefix) racing a revalidation: made once
+            // the origin has the conditional request, while its 304 is on its way. A hit
+            // sends nothing to the origin: then it is made after the hit.
             let j = rng.below(20);
-            let url = format!("{base}/r/{j}");
+            let url = format!("{base}/v/{j}");
+            let path = format!("/v/{j}");
+            let seen_before = origin.seen().iter().filter(|s| s.path == path).count();
+            let by_prefix = rng.below(2) == 0;
+            let invalidate = async {
+                let deadline = Instant::now() + Duration::from_millis(200);
+                while origin.seen().iter().filter(|s| s.path == path).count() == seen_before
+                    && Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let call = trove_api::Invalidate {
+                    url: (!by_prefix).then(|| url.clone()),
+                    prefix: by_prefix.then(|| url.clone()),
+                    ..Default::default()
+                };
+                trove_proxy::manage::invalidate(&shared, &call, SystemTime::now()).unwrap();
+            };
+            let (resp, ()) = tokio::join!(c.get(&url, &[]), invalidate);
+            assert_eq!(resp.status, 200, "{url}");
+            mix.races += 1;
+            mix.invalidations += 1;
+            mix.requests += 1;
+            continue;
+        }
+        if r < 9 {
+            // A URL in the racing sets, asked for again (a miss after a race, or a hit).
+            let j = rng.below(20);
+            let set = if rng.below(2) == 0 { "r" } else { "v" };
+            let url = format!("{base}/{set}/{j}");
             assert_eq!(c.get(&url, &[]).await.status, 200);
             mix.requests += 1;
             continue;
@@ -273,31 +337,53 @@ async fn through_trove(n: u64, eviction: EvictionKind, seed: u64) -> (String, Mi
         assert!(resp.status < 500, "{method} {url}: {}", resp.status);
         mix.requests += 1;
     }
-    // Every request's record, and the standalone invalidations', written out.
+    if disk {
+        let m = |name: &str| trove.metric(name);
+        eprintln!(
+            "trove's disk: {} objects, {} writes, {} dropped, {} regions reclaimed, {} \
+             reinserted, {} hits",
+            m("trove_disk_objects"),
+            m("trove_disk_writes_total"),
+            m("trove_disk_writes_dropped_total"),
+            m("trove_disk_regions_reclaimed_total"),
+            m("trove_disk_reinserted_total"),
+            m("trove_disk_hits_total"),
+        );
+    }
+    // Every request's record, and the standalone invalidations', written out (and the
+    // sweeper's passes and the stored bodies' ends, as many as there were).
     let want = (mix.requests + mix.invalidations) as usize;
+    let records = |text: &str| {
+        text.lines()
+            .filter(|l| {
+                l.contains("\"kind\":\"request\"") || l.contains("\"kind\":\"invalidation\"")
+            })
+            .count()
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
         let text = std::fs::read_to_string(&trace_path).unwrap_or_default();
-        if text.lines().count() >= want || Instant::now() > deadline {
+        if records(&text) >= want || Instant::now() > deadline {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(
-        text.lines().count(),
+        records(&text),
         want,
         "one record per request and invalidation"
     );
     (text, mix)
 }
 
-/// Replays `trace` at trove's size and policy; the report and the replayed codes.
-fn replay(trace: &str, eviction: EvictionKind) -> trove_sim::exact::ExactReport {
+/// Replays `trace` at trove's size, policy and disk tier; the report.
+fn replay(trace: &str, eviction: EvictionKind, disk: bool) -> trove_sim::exact::ExactReport {
     let dir = kit::TempDir::new();
     let path = dir.0.join("trace.jsonl");
     std::fs::write(&path, trace).unwrap();
     let size = MEMORY.to_string();
-    let args = [
+    let (disk_size, region) = (DISK.to_string(), REGION.to_string());
+    let mut args = vec![
         "sim",
         path.to_str().unwrap(),
         "--sizes",
@@ -306,6 +392,9 @@ fn replay(trace: &str, eviction: EvictionKind) -> trove_sim::exact::ExactReport 
         eviction.as_str(),
         "--quiet",
     ];
+    if disk {
+        args.extend(["--disk", &disk_size, "--disk-region", &region]);
+    }
     let cli = Cli::parse_from(args);
     assert!(trove_sim::cli::is_replayable(&cli.replay).unwrap());
     trove_sim::cli::replay_exact(&cli.replay).expect("the replay runs")
@@ -318,16 +407,21 @@ fn count(trace: &str, code: &str) -> usize {
         .count()
 }
 
-async fn agreement(n: u64, eviction: EvictionKind, seed: u64) {
+async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
     let started = Instant::now();
-    let (trace, mix) = through_trove(n, eviction, seed).await;
+    let (trace, mix) = through_trove(n, eviction, disk, seed).await;
     let served = started.elapsed();
-    let report = replay(&trace, eviction);
+    // To look into a failure: `TROVE_KEEP_TRACE=FILE` keeps the trace there.
+    if let Ok(keep) = std::env::var("TROVE_KEEP_TRACE") {
+        std::fs::write(keep, &trace).unwrap();
+    }
+    let report = replay(&trace, eviction, disk);
     let r = &report.results[0];
     eprintln!(
         "{eviction:?}: {} requests through trove in {:.1} s ({} purges, {} invalidations, \
-         {} racing a fetch), replayed in {:.1} s: {} compared, {} differing; {} hits \
-         ({:.1}%), {} evictions; outcomes {:?}; origin answers reused {}, missing {}",
+         {} racing a fetch or a revalidation), replayed in {:.1} s: {} compared, {} differing; \
+         {} hits ({:.1}%), {} evictions; outcomes {:?}; origin answers reused {}, missing {}; \
+         {} invalidations, {} unsupported",
         mix.requests,
         served.as_secs_f64(),
         mix.purges,
@@ -342,13 +436,37 @@ async fn agreement(n: u64, eviction: EvictionKind, seed: u64) {
         r.outcomes,
         report.answers_reused,
         report.answers_missing,
+        report.invalidations,
+        report.unsupported_invalidations,
     );
+    if let Some(d) = &r.disk {
+        eprintln!("the replay's disk: {d:?}");
+    }
     for e in &r.examples {
         eprintln!("  differs: {e:?}");
     }
     assert_eq!(report.skipped.bad_lines, 0);
     assert_eq!(report.requests, mix.requests);
     assert!(report.compared + 5 >= mix.requests);
+    if disk {
+        // Not exact yet with the disk tier (docs/trace-format.md, "What it cannot
+        // reproduce"): trove's invalidation sweeper runs beside the requests, and its
+        // removals and disk pass reach the disk's writer a few jobs later than at the time
+        // it records, so what a region's reclaim drops drifts. Held to a bound, and to
+        // replaying the same way every time.
+        assert!(
+            r.differing * 10 <= report.compared,
+            "{} of {} differ with the disk tier",
+            r.differing,
+            report.compared
+        );
+        let again = replay(&trace, eviction, disk);
+        assert_eq!(again.results[0].differing, r.differing, "the replay repeats");
+        assert_eq!(again.results[0].examples, r.examples);
+        assert!(r.outcomes.get("TCP_HIT").is_some_and(|n| *n > 0), "no disk hit replayed");
+        assert!(count(&trace, "TCP_HIT") > 0, "no disk hit");
+        return;
+    }
     assert_eq!(r.differing, 0, "{:?}", r.examples);
     // The mix exercised what it means to.
     for code in [
@@ -361,6 +479,8 @@ async fn agreement(n: u64, eviction: EvictionKind, seed: u64) {
         assert!(count(&trace, code) > 0, "no {code}");
     }
     assert!(trace.contains("\"status\":304"), "no 304 from the origin");
+    assert_eq!(report.unsupported_invalidations, 0);
+    assert!(report.sweeps > 0, "no sweep");
     assert!(
         r.evictions > 100,
         "eviction pressure: {} evictions",
@@ -373,7 +493,7 @@ async fn agreement(n: u64, eviction: EvictionKind, seed: u64) {
         .filter(|l| !l.contains("\"kind\":\"invalidation\""))
         .map(|l| format!("{l}\n"))
         .collect();
-    let perturbed = replay(&without, eviction);
+    let perturbed = replay(&without, eviction, disk);
     eprintln!(
         "without the invalidation records: {} differing",
         perturbed.results[0].differing
@@ -384,31 +504,41 @@ async fn agreement(n: u64, eviction: EvictionKind, seed: u64) {
 /// 20,000 requests (the CI run); `agreement_over_100k_requests` is the issue's figure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replayed_trace_gives_back_every_result_code() {
-    agreement(20_000, EvictionKind::S3Fifo, 0x2545_f491_4f6c_dd1d).await;
+    agreement(20_000, EvictionKind::S3Fifo, false, 0x2545_f491_4f6c_dd1d).await;
+}
+
+/// With the disk tier on (under eviction pressure there too: the disk holds about half of
+/// what the objects take).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replayed_trace_with_the_disk_tier() {
+    agreement(10_000, EvictionKind::S3Fifo, true, 0x7f4a_7c15_2545_f491).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replayed_trace_gives_back_every_result_code_under_lru() {
-    agreement(5_000, EvictionKind::Lru, 0x1234_5678_9abc_def1).await;
+    agreement(5_000, EvictionKind::Lru, false, 0x1234_5678_9abc_def1).await;
 }
 
 /// Ignored: about a minute in a debug build (run it with `--ignored`, or `--release`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "100,000 requests over loopback: about a minute in a debug build"]
 async fn agreement_over_100k_requests() {
-    agreement(100_000, EvictionKind::S3Fifo, 0x9e37_79b9_7f4a_7c15).await;
+    agreement(100_000, EvictionKind::S3Fifo, false, 0x9e37_79b9_7f4a_7c15).await;
 }
 
-/// Where `trove serve` and the replay may part: an invalidation (by URL, or by prefix) made
-/// while a revalidation's 304 is on its way. Both drivers run the same check now (the
-/// flow finds the stale object dead when the 304 arrives and fetches it again,
-/// `TCP_REFRESH_MODIFIED`, so the next request is a hit); but the replay handles each
-/// request whole at its lookup time and applies a rule at the rule's own time, after it,
-/// so it never sees a rule land while a request is in flight: it freshens
-/// (`TCP_REFRESH_UNMODIFIED`) and misses next. Which one trove does depends on whether
-/// the rule beat the 304 (both are seen from run to run); when trove freshens, the replay
-/// agrees. Applying a rule recorded between an answer's send and receive times before the
-/// replay reads that answer would close this.
+/// Ignored, as the one above: the disk tier's figure over 100,000 requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "100,000 requests over loopback: about a minute in a debug build"]
+async fn agreement_over_100k_requests_with_the_disk_tier() {
+    agreement(100_000, EvictionKind::S3Fifo, true, 0x9e37_79b9_7f4a_7c15).await;
+}
+
+/// An invalidation (by URL, or by prefix) made while a revalidation's 304 is on its way:
+/// trove finds the stale object dead when the 304 arrives and fetches it again
+/// (`TCP_REFRESH_MODIFIED`, so the next request is a hit), or, when the rule came after
+/// the 304, freshens it (and misses next). The replay applies a rule trove made between
+/// sending a request and receiving its answer before it hands that answer over, so it
+/// agrees either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revalidation_raced_by_an_invalidation() {
     for prefix in [false, true] {
@@ -419,28 +549,15 @@ async fn a_revalidation_raced_by_an_invalidation() {
             .map(|(n, _, t, r)| (*n, t.as_str(), r.as_str()))
             .collect();
         eprintln!("prefix {prefix}: trove {served:?}; the replay parts at {parted:?}");
-        if served[1] == "TCP_REFRESH_UNMODIFIED/200" {
-            // trove freshened: the replay agrees.
-            assert_eq!(served[2], "TCP_MISS/200");
-            assert!(parted.is_empty(), "{parted:?}");
-            continue;
-        }
-        assert_eq!(
-            served,
-            [
-                "TCP_MISS/200",
-                "TCP_REFRESH_MODIFIED/200",
-                "TCP_MEM_HIT/200"
-            ]
-        );
-        assert_eq!(
-            parted,
-            [
-                (2, "TCP_REFRESH_MODIFIED/200", "TCP_REFRESH_UNMODIFIED/200"),
-                (3, "TCP_MEM_HIT/200", "TCP_MISS/200")
-            ],
-            "the replay agrees now: make this test say so"
-        );
+        let next = if served[1] == "TCP_REFRESH_UNMODIFIED/200" {
+            "TCP_MISS/200"
+        } else {
+            assert_eq!(served[1], "TCP_REFRESH_MODIFIED/200");
+            "TCP_MEM_HIT/200"
+        };
+        assert_eq!(served[0], "TCP_MISS/200");
+        assert_eq!(served[2], next);
+        assert!(parted.is_empty(), "{parted:?}");
     }
 }
 
@@ -503,5 +620,5 @@ async fn race(prefix: bool) -> (Vec<String>, trove_sim::exact::ExactReport) {
             (v["kind"] == "request").then(|| format!("{result}/{}", v["status"]))
         })
         .collect();
-    (served, replay(&trace, EvictionKind::S3Fifo))
+    (served, replay(&trace, EvictionKind::S3Fifo, false))
 }

@@ -49,6 +49,7 @@ fn record(url: &str, at: u64, done: u64, answer: bool, result: Outcome) -> Strin
     };
     let capture = Capture {
         looked_up: Some(t(at)),
+        lower_jobs: None,
         origin,
         invalidations: Vec::new(),
     };

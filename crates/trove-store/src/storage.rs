@@ -189,4 +189,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn scans(&self) -> bool {
         false
     }
+
+    /// How far a lower tier's writer, running beside the requests, has got: the jobs it
+    /// has carried out. A replayable trace records it with each request so a replay puts
+    /// its writer there too. `None` without a lower tier.
+    fn lower_progress(&self) -> Option<u64> {
+        None
+    }
 }

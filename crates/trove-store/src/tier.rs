@@ -78,6 +78,21 @@ pub struct FileHit {
     pub body: Box<dyn FileBody>,
 }
 
+impl FileHit {
+    /// The hit as the cache core judges and serves it: its head as an object of `key`
+    /// whose body (of the right length) is never read, beside the file body to send
+    /// instead.
+    pub fn into_object(self, key: &str) -> (std::sync::Arc<crate::Object>, Box<dyn FileBody>) {
+        let obj = crate::Object::new(
+            key.to_string(),
+            String::new(),
+            self.head,
+            crate::Body::new(Some(self.body.len())),
+        );
+        (std::sync::Arc::new(obj), self.body)
+    }
+}
+
 /// A verified body lying in a file at an offset: the caller `sendfile(2)`s it, each call
 /// under the tier's pin ([`FileBody::pinned`]), so the tier never hands the bytes of a
 /// reused region to a socket.

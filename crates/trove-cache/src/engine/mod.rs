@@ -47,6 +47,13 @@ pub struct Engine {
     /// What the cache adds to `Via` on stored responses.
     pub via: HeaderValue,
     memo: PassMemo,
+    /// The lower tier's `sendfile` threshold (`[cache.disk] sendfile_min`): a disk hit on a
+    /// body at least this large is answered from the tier's file, not promoted, as `trove
+    /// serve` does. `None`: every disk hit is promoted.
+    pub file_min: Option<u64>,
+    /// Stores bodies as bytes (zeros) rather than lengths only: a lower tier writes what it
+    /// is given, so a size-only body would reach it empty.
+    pub real_bodies: bool,
     /// The list a lookup copies a key's variants into, kept so a request allocates none.
     variants: Vec<Arc<Object>>,
 }
@@ -59,6 +66,8 @@ impl Engine {
             cookies,
             via: HeaderValue::from_static("1.1 trove"),
             memo: PassMemo::default(),
+            file_min: None,
+            real_bodies: false,
             variants: Vec::new(),
         }
     }
@@ -99,8 +108,11 @@ impl Engine {
             cookies,
             via,
             memo,
+            file_min,
+            real_bodies,
             variants,
         } = self;
+        let real = *real_bodies;
         let store = &**store;
         let env = Env {
             rules: Rules { policy, cookies },
@@ -135,8 +147,14 @@ impl Engine {
                         Event::Found(variants, Tier::Memory)
                     }
                 },
-                // The simulator sends no file: a lower tier's object is promoted, at once.
-                Command::OpenFile => Event::FileFound(None),
+                // Opened as the proxy opens it (the simulator sends nothing from it).
+                Command::OpenFile => {
+                    let hit = match (*file_min, &lower) {
+                        (Some(min), Some(l)) => l.open_file(min),
+                        _ => None,
+                    };
+                    Event::FileFound(hit.map(|h| h.into_object(key).0))
+                }
                 Command::Promote => {
                     for fill in lower.take().map(|l| l.load()).unwrap_or_default() {
                         fill.run();
@@ -175,7 +193,7 @@ impl Engine {
                 Command::Insert(obj, _) => Event::Inserted(store.insert(*obj)),
                 Command::Update(obj, head) => Event::Updated(store.update_meta(&obj, *head)),
                 Command::FillAndWait(obj) => {
-                    fill(store, &obj, held.take());
+                    fill(store, &obj, body(held.take(), real));
                     Event::Arrived(matches!(obj.body.outcome(), Some(Ok(()))))
                 }
                 Command::Combine => Event::Combined(partial::combine(store, policy, key)),
@@ -198,7 +216,7 @@ impl Engine {
                     Event::Done
                 }
                 Command::Fill(obj) => {
-                    fill(store, &obj, held.take());
+                    origin.store_body(store, obj, body(held.take(), real));
                     Event::Done
                 }
                 Command::Revalidate(obj) => {
@@ -207,7 +225,8 @@ impl Engine {
                 }
                 Command::Serve(s) => {
                     if s.fill {
-                        fill(store, &s.obj, held.take());
+                        let obj = Arc::clone(&s.obj);
+                        origin.store_body(store, obj, body(held.take(), real));
                     }
                     let no_fields = HeaderMap::new();
                     let get = Method::GET;
@@ -244,10 +263,32 @@ impl Engine {
     }
 }
 
-/// Fills a just-inserted object with the whole answer at once.
-fn fill(store: &dyn Storage, obj: &Object, answer: Option<OriginAnswer>) {
-    let _ = match answer.map(|a| a.body) {
+/// Zeros a size-only body is written as when bodies must be real (`Engine::real_bodies`).
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// The body of the answer in hand, as the store is to get it: a size-only one as zeros
+/// when `real` (shared, never allocated).
+fn body(answer: Option<OriginAnswer>, real: bool) -> Option<AnswerBody> {
+    answer.map(|a| match a.body {
+        AnswerBody::Sized(n) if real => AnswerBody::Zeros(n),
+        b => b,
+    })
+}
+
+/// Fills a just-inserted object with a whole body at once.
+pub fn fill(store: &dyn Storage, obj: &Object, body: Option<AnswerBody>) {
+    let _ = match body {
         Some(AnswerBody::Bytes(b)) => obj.body.append_now(b),
+        Some(AnswerBody::Zeros(n)) => {
+            let mut left = n;
+            let mut res = Ok(());
+            while left > 0 && res.is_ok() {
+                let k = left.min(ZEROS.len() as u64) as usize;
+                res = obj.body.append_now(bytes::Bytes::from_static(&ZEROS[..k]));
+                left -= k as u64;
+            }
+            res
+        }
         Some(AnswerBody::Sized(n)) => obj.body.append_sized_now(n),
         None => Ok(()),
     };

@@ -1,8 +1,11 @@
 //! What the simulator's origin is asked and answers: a whole answer at once, its body as
 //! bytes or only as a length.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
+use trove_store::{Object, Storage};
 
 use crate::status::OriginFailure;
 
@@ -31,13 +34,16 @@ pub enum AnswerBody {
     /// ([`trove_store::Body::append_sized_now`]), so an object of any size, up to
     /// terabytes, is decided on, charged and counted without being allocated.
     Sized(u64),
+    /// `n` zero bytes, stored as bytes (shared, not allocated): for a store that keeps
+    /// what it is given, a disk tier.
+    Zeros(u64),
 }
 
 impl AnswerBody {
     pub fn len(&self) -> u64 {
         match self {
             AnswerBody::Bytes(b) => b.len() as u64,
-            AnswerBody::Sized(n) => *n,
+            AnswerBody::Sized(n) | AnswerBody::Zeros(n) => *n,
         }
     }
 
@@ -55,4 +61,12 @@ impl From<Bytes> for AnswerBody {
 /// The origin side, answering at once.
 pub trait Origin {
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure>;
+
+    /// Stores `body`, the body of the answer last fetched, in `obj` (inserted with its
+    /// head): at once by default ([`super::fill`]). A trace replay may keep it to store
+    /// where the server's body ended (in a server a body arrives after its head, and a
+    /// client answered `304` or `HEAD` may ask again before it has).
+    fn store_body(&mut self, store: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
+        super::fill(store, &obj, body);
+    }
 }

@@ -133,6 +133,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
     let abort = c.abort.policy();
     let metrics = Arc::clone(&shared.metrics);
     let memo = Arc::clone(&shared.memo);
+    let trace = Arc::clone(&shared.trace);
     tokio::spawn(async move {
         let mut resp = resp;
         let fill = Fill {
@@ -143,7 +144,12 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
             metrics: &metrics,
             memo: &memo,
         };
-        fill.run(&mut resp).await;
+        let stored = fill.run(&mut resp).await;
+        // The replay stores the body when trove did (a client answered `304` or `HEAD`
+        // may have asked again before it ended).
+        if let Some(ok) = stored {
+            trace.filled(&obj.key, ok, now());
+        }
     });
 }
 
@@ -164,7 +170,10 @@ impl Fill<'_> {
     /// meanwhile) it leaves the store and keeps only `stream_buffer` bytes from then on,
     /// read `read_ahead` ahead of its fastest reader (see `trove_store::Body`); when no
     /// reader is left the abort policy decides whether to finish or stop.
-    async fn run(&self, resp: &mut OriginResponse) {
+    ///
+    /// Whether the body ended whole in the store (`Some(true)`), failed and left it
+    /// (`Some(false)`), or was no longer the store's (`None`).
+    async fn run(&self, resp: &mut OriginResponse) -> Option<bool> {
         let body: &Arc<Body> = &self.obj.body;
         if body.expected_len().is_none() {
             body.set_paced(self.limits.buffer);
@@ -192,7 +201,7 @@ impl Fill<'_> {
                         body.finish(Err(BodyError::NoReaders));
                         let received = body.len();
                         abandon(resp, self.abort, Storing::No, received, self.metrics).await;
-                        return;
+                        return None;
                     }
                     since_recharge += n;
                     if since_recharge >= RECHARGE_EVERY && !body.is_unstored() {
@@ -212,18 +221,19 @@ impl Fill<'_> {
                         // Shorter than promised: never keep it as complete.
                         body.finish(Err(BodyError::Incomplete));
                         self.store.remove_object(self.obj, Removal::Failed);
-                        return;
+                        return Some(false);
                     }
                     body.finish(Ok(()));
-                    if !body.is_unstored() {
-                        self.store.recharge(self.obj);
+                    if body.is_unstored() {
+                        return None;
                     }
-                    return;
+                    self.store.recharge(self.obj);
+                    return Some(true);
                 }
                 Err(_) => {
                     body.finish(Err(BodyError::Incomplete));
                     self.store.remove_object(self.obj, Removal::Failed);
-                    return;
+                    return Some(false);
                 }
             }
         }

@@ -262,18 +262,23 @@ async fn run<R: AsyncRead + Unpin>(
                 }
                 Event::Allowed
             }
-            Command::Lookup => match store.probe(cx.key()) {
-                // Not in memory, but a lower tier may hold it: the flow says what to open.
-                Probe::Lower(l) => {
-                    lower = Some(l);
-                    Event::Lower
+            Command::Lookup => {
+                // Where the lower tier's writer is, for the replayable trace.
+                crate::trace::note_lower(store.lower_progress());
+                match store.probe(cx.key()) {
+                    // Not in memory, but a lower tier may hold it: the flow says what to
+                    // open.
+                    Probe::Lower(l) => {
+                        lower = Some(l);
+                        Event::Lower
+                    }
+                    Probe::Upper => {
+                        variants.0.clear();
+                        store.lookup_into(cx.key(), &mut variants.0);
+                        Event::Found(&variants.0, Tier::Memory)
+                    }
                 }
-                Probe::Upper => {
-                    variants.0.clear();
-                    store.lookup_into(cx.key(), &mut variants.0);
-                    Event::Found(&variants.0, Tier::Memory)
-                }
-            },
+            }
             Command::OpenFile => {
                 let opened = match lower.take() {
                     Some(l) => tier::open_file(cx, l).await,

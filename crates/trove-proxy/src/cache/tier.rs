@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use trove_store::{FileBody, FileHit, FileOpen, Lower, Object};
+use trove_store::{FileBody, FileOpen, Lower, Object};
 
 use super::Ctx;
 
@@ -48,15 +48,7 @@ pub(super) async fn open_file(
             }
         }
     };
-    let found = found.map(|FileHit { head, body }| {
-        let obj = Arc::new(Object::new(
-            cx.key().to_string(),
-            String::new(),
-            head,
-            trove_store::Body::new(Some(body.len())),
-        ));
-        (obj, body)
-    });
+    let found = found.map(|hit| hit.into_object(cx.key()));
     (lower, found)
 }
 

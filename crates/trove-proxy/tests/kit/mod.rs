@@ -508,6 +508,14 @@ impl Trove {
         Trove::start(Mode::Forward, None, None, f).await
     }
 
+    /// [`Trove::forward`], with `lower` opening the tiers under memory (`[cache.disk]`).
+    pub async fn forward_over(
+        lower: &dyn trove_proxy::OpenLower,
+        f: impl FnOnce(&mut Settings),
+    ) -> Trove {
+        Trove::start(Mode::Forward, None, Some(lower), f).await
+    }
+
     /// A reverse proxy in front of `origin`, adjusted by `f`.
     pub async fn reverse(origin: &Origin, f: impl FnOnce(&mut Settings)) -> Trove {
         Trove::start(Mode::Reverse, Some(origin.addr), None, f).await

@@ -16,7 +16,7 @@
 //! name or value HTTP would refuse, is counted bad and skipped, never fatal.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::io::BufRead;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -64,6 +64,8 @@ struct Line {
     #[serde(default)]
     bytes: u64,
     #[serde(default)]
+    lower_jobs: Option<u64>,
+    #[serde(default)]
     origin: Vec<AnswerLine>,
     #[serde(default)]
     invalidations: Vec<InvalidationLine>,
@@ -76,6 +78,14 @@ struct Line {
     soft: bool,
     #[serde(default)]
     seq: u64,
+    // A filled body's.
+    #[serde(default)]
+    ok: bool,
+    // A sweep's.
+    #[serde(default)]
+    retire_before_us: u64,
+    #[serde(default)]
+    whole: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +161,8 @@ pub struct Request {
     pub result: String,
     pub aborted: bool,
     pub bytes: u64,
+    /// Where trove's disk writer was at the lookup (jobs done), with a disk tier.
+    pub lower_jobs: Option<u64>,
     pub answers: Vec<Answer>,
     pub invalidations: Vec<Invalidation>,
 }
@@ -168,6 +180,24 @@ pub enum Event {
     Request(Box<Request>),
     /// An invalidation made outside any request (the admin API), at its time.
     Invalidation(SystemTime, Invalidation),
+    /// A pass of trove's invalidation sweeper (see docs/trace-format.md).
+    Sweep(Sweep),
+    /// A stored body ended: whole (`ok`), or failed and left the store.
+    Filled {
+        at: SystemTime,
+        url: String,
+        ok: bool,
+    },
+}
+
+/// A pass of trove's invalidation sweeper: the objects its rules kill removed (their
+/// memory returned), rules older than `retire_before` retired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    pub at: SystemTime,
+    pub retire_before: SystemTime,
+    /// It covered the whole store: with a disk tier, it passed over the disk too.
+    pub whole: bool,
 }
 
 impl Event {
@@ -176,6 +206,8 @@ impl Event {
         match self {
             Event::Request(r) => r.at,
             Event::Invalidation(t, _) => *t,
+            Event::Sweep(s) => s.at,
+            Event::Filled { at, .. } => *at,
         }
     }
 }
@@ -192,6 +224,16 @@ pub fn parse(line: &[u8]) -> Option<Event> {
             let inv = invalidation(&l.selects, l.value, l.soft, l.seq)?;
             Some(Event::Invalidation(at, inv))
         }
+        "filled" if !l.url.is_empty() => Some(Event::Filled {
+            at,
+            url: l.url,
+            ok: l.ok,
+        }),
+        "sweep" => Some(Event::Sweep(Sweep {
+            at,
+            retire_before: time(l.retire_before_us)?,
+            whole: l.whole,
+        })),
         "request" => {
             let method = Method::from_bytes(l.method.as_bytes()).ok()?;
             let status = sane_status(l.status)?;
@@ -222,6 +264,7 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                 result,
                 aborted: l.aborted,
                 bytes: super::sane_size(l.bytes)?,
+                lower_jobs: l.lower_jobs,
                 answers,
                 invalidations,
             })))
@@ -317,6 +360,10 @@ pub struct ReplayableReader<R> {
     lines: Lines<R>,
     skipped: Skipped,
     pending: BinaryHeap<Reverse<Pending>>,
+    /// Standalone invalidations held back, apart from the requests so that a request's
+    /// replay can take those that landed while its origin answer was on its way
+    /// ([`ReplayableReader::take_invalidations`]).
+    invalidations: BTreeMap<(SystemTime, u64), Invalidation>,
     /// The latest time the trace has reached (a record's completion).
     reached: SystemTime,
     ended: bool,
@@ -330,6 +377,7 @@ impl<R: BufRead> ReplayableReader<R> {
             lines: Lines::new(input),
             skipped: Skipped::default(),
             pending: BinaryHeap::new(),
+            invalidations: BTreeMap::new(),
             reached: UNIX_EPOCH,
             ended: false,
             current: None,
@@ -339,10 +387,26 @@ impl<R: BufRead> ReplayableReader<R> {
     /// The next record in the order the cache saw them, or `None` at the end.
     pub fn next_event(&mut self) -> Option<Event> {
         loop {
-            if let Some(Reverse(p)) = self.pending.peek() {
-                let settled = p.at.checked_add(REORDER).is_some_and(|t| t <= self.reached);
-                if self.ended || settled || self.pending.len() > MAX_PENDING {
-                    return self.pending.pop().map(|Reverse(p)| p.event);
+            let request = self.pending.peek().map(|Reverse(p)| (p.at, p.line));
+            let invalidation = self.invalidations.keys().next().copied();
+            // The earlier of the two held back, by time then line.
+            let first = match (request, invalidation) {
+                (Some(r), Some(i)) => Some((r.min(i), i < r)),
+                (Some(r), None) => Some((r, false)),
+                (None, Some(i)) => Some((i, true)),
+                (None, None) => None,
+            };
+            if let Some(((at, _), is_invalidation)) = first {
+                let settled = at.checked_add(REORDER).is_some_and(|t| t <= self.reached);
+                let held = self.pending.len() + self.invalidations.len();
+                if self.ended || settled || held > MAX_PENDING {
+                    return if is_invalidation {
+                        self.invalidations
+                            .pop_first()
+                            .map(|((t, _), inv)| Event::Invalidation(t, inv))
+                    } else {
+                        self.pending.pop().map(|Reverse(p)| p.event)
+                    };
                 }
             } else if self.ended {
                 return None;
@@ -355,10 +419,16 @@ impl<R: BufRead> ReplayableReader<R> {
                 continue;
             }
             match parse(&self.lines.buf) {
+                Some(Event::Invalidation(t, inv)) => {
+                    self.reached = self.reached.max(t);
+                    self.invalidations.insert((t, self.lines.line_no), inv);
+                }
                 Some(event) => {
                     let done = match &event {
                         Event::Request(r) => r.done.max(r.at),
                         Event::Invalidation(t, _) => *t,
+                        Event::Sweep(s) => s.at,
+                        Event::Filled { at, .. } => *at,
                     };
                     self.reached = self.reached.max(done);
                     self.pending.push(Reverse(Pending {
@@ -370,6 +440,21 @@ impl<R: BufRead> ReplayableReader<R> {
                 None => self.skipped.bad(self.lines.line_no, &self.lines.buf),
             }
         }
+    }
+
+    /// Takes the standalone invalidations held back that trove made at `until` or
+    /// before, in order: those that landed while the request just handed out (which trove
+    /// looked up before them) was waiting for its origin's answer.
+    pub fn take_invalidations(&mut self, until: SystemTime) -> Vec<(SystemTime, Invalidation)> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.invalidations.first_entry() {
+            if entry.key().0 > until {
+                break;
+            }
+            let ((t, _), inv) = entry.remove_entry();
+            out.push((t, inv));
+        }
+        out
     }
 
     pub fn skipped(&self) -> &Skipped {
@@ -395,7 +480,7 @@ impl<R: BufRead> TraceReader for ReplayableReader<R> {
                     self.current = Some(Event::Request(r));
                     break;
                 }
-                Event::Invalidation(..) => continue,
+                Event::Invalidation(..) | Event::Sweep(_) | Event::Filled { .. } => continue,
             }
         }
         let Some(Event::Request(r)) = &self.current else {
