@@ -115,6 +115,42 @@ pub struct Served {
     pub status: u16,
 }
 
+/// Object numbers seen: a bitmap for the small ones (traces number their objects densely,
+/// from 0 or 1: a bit test instead of a hash-set insertion on every record), a set for the
+/// rest (numbers that are hashes).
+#[derive(Debug, Default)]
+struct Seen {
+    bits: Vec<u64>,
+    /// Numbers in `bits`.
+    dense: usize,
+    sparse: FastSet<u64>,
+}
+
+/// Numbers below this are kept as bits: at most 8 MiB of them.
+const DENSE: u64 = 1 << 26;
+
+impl Seen {
+    fn insert(&mut self, n: u64) {
+        if n >= DENSE {
+            self.sparse.insert(n);
+            return;
+        }
+        let (word, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        if word >= self.bits.len() {
+            // Doubles as a `Vec` grows: amortised, and bounded by `DENSE`.
+            self.bits.resize(word + 1, 0);
+        }
+        if self.bits[word] & bit == 0 {
+            self.bits[word] |= bit;
+            self.dense += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.dense + self.sparse.len()
+    }
+}
+
 /// The replay of one trace through several configurations.
 pub struct Replay {
     assumptions: Assumptions,
@@ -124,7 +160,7 @@ pub struct Replay {
     numbered: FastMap<u64, u32>,
     /// Numbered objects whose records give their size: nothing about them needs keeping
     /// but that they were seen (their URL is their key; see [`Replay::feed`]).
-    sized: FastSet<u64>,
+    sized: Seen,
     /// The server id of [`ID_AUTHORITY`], once a numbered record has named it.
     id_server: Option<u32>,
     info: Vec<UrlInfo>,
@@ -151,7 +187,7 @@ impl Replay {
             assumptions,
             urls: FastMap::default(),
             numbered: FastMap::default(),
-            sized: FastSet::default(),
+            sized: Seen::default(),
             id_server: None,
             info: Vec::new(),
             clients: Names::default(),
