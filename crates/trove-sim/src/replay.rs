@@ -169,6 +169,8 @@ pub struct Replay {
     sims: Vec<Sim>,
     scratch: Scratch,
     clock: f64,
+    /// The last clock reading and the instant it stands for.
+    now: Option<(f64, SystemTime)>,
     first: Option<f64>,
     plain: HeaderMap,
     cookie: HeaderMap,
@@ -195,6 +197,7 @@ impl Replay {
             sims: configs.into_iter().map(Sim::new).collect(),
             scratch: Scratch::default(),
             clock: 0.0,
+            now: None,
             first: None,
             plain: HeaderMap::new(),
             cookie,
@@ -299,10 +302,19 @@ impl Replay {
         self.first.get_or_insert(r.time);
         // Readers bound times (`trace::MAX_TIME`); a reader that did not still can't
         // overflow the clock.
-        let now = Duration::try_from_secs_f64(self.clock.clamp(0.0, crate::trace::MAX_TIME))
-            .ok()
-            .and_then(|d| UNIX_EPOCH.checked_add(d))
-            .unwrap_or(UNIX_EPOCH);
+        let now = match self.now {
+            // Records share their time (a second's worth of a trace at whole seconds).
+            Some((at, now)) if at == self.clock => now,
+            _ => {
+                let now =
+                    Duration::try_from_secs_f64(self.clock.clamp(0.0, crate::trace::MAX_TIME))
+                        .ok()
+                        .and_then(|d| UNIX_EPOCH.checked_add(d))
+                        .unwrap_or(UNIX_EPOCH);
+                self.now = Some((self.clock, now));
+                now
+            }
+        };
         let (server, dynamic, uncachable, guessed_type, largest) = match known {
             Ok(id) => {
                 let info = &self.info[id as usize];

@@ -315,7 +315,12 @@ impl Storage for MemoryStore {
     fn lookup_into(&self, key: &str, out: &mut Vec<Arc<Object>>) {
         let (h, shard) = self.shard(key);
         if let Some(v) = shard.lock().entries.get(&h) {
-            out.extend(v.iter().filter(|o| o.key == key).cloned());
+            // A plain loop: the iterator chain's `extend` did not inline into this.
+            for o in v.iter() {
+                if o.key == key {
+                    out.push(Arc::clone(o));
+                }
+            }
         }
     }
 

@@ -205,8 +205,9 @@ impl Engine {
                     if s.fill {
                         fill(store, &s.obj, held.take());
                     }
-                    let (get, no_fields) = (Method::GET, HeaderMap::new());
+                    let (get, no_fields);
                     let view = if s.as_get {
+                        (get, no_fields) = (Method::GET, HeaderMap::new());
                         Request::new(&get, &no_fields)
                     } else {
                         req
