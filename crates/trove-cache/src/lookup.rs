@@ -66,19 +66,12 @@ pub fn judge_variants(
     if variants.is_empty() {
         return Lookup::Miss;
     }
-    // The common hit: one variant whose reuse depends on age alone, a plain request.
-    if let [obj] = variants {
-        if req.is_plain()
-            && prepare::fresh(&obj.head, policy, now)
-            && !matches!(obj.body.outcome(), Some(Err(_)))
-            && verdict(inv, obj) == Verdict::Alive
-        {
-            let resident = now
-                .duration_since(obj.head.response_time)
-                .unwrap_or_default();
-            let age = obj.head.prepared.initial_age.saturating_add(resident);
-            return Lookup::Found(Arc::clone(obj), Reuse::Fresh { age });
-        }
+    if let Some(obj) = plain_fresh(inv, variants, req, policy, now) {
+        let resident = now
+            .duration_since(obj.head.response_time)
+            .unwrap_or_default();
+        let age = obj.head.prepared.initial_age.saturating_add(resident);
+        return Lookup::Found(Arc::clone(obj), Reuse::Fresh { age });
     }
     let mut best: Option<(Arc<Object>, Reuse)> = None;
     let mut invalidated = false;
@@ -129,6 +122,29 @@ pub fn judge_variants(
         Some((obj, r)) => Lookup::Found(obj, r),
         None if invalidated => Lookup::Invalidated,
         None => Lookup::VaryMiss,
+    }
+}
+
+/// The common hit: one variant whose reuse depends on age alone, fresh, for a plain
+/// request; [`judge_variants`] finds it [`Reuse::Fresh`]. `None`: judge them all.
+#[inline]
+pub fn plain_fresh<'v>(
+    inv: Option<&Invalidations>,
+    variants: &'v [Arc<Object>],
+    req: Request<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> Option<&'v Arc<Object>> {
+    match variants {
+        [obj]
+            if req.is_plain()
+                && prepare::fresh(&obj.head, policy, now)
+                && !matches!(obj.body.outcome(), Some(Err(_)))
+                && verdict(inv, obj) == Verdict::Alive =>
+        {
+            Some(obj)
+        }
+        _ => None,
     }
 }
 

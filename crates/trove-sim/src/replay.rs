@@ -127,6 +127,42 @@ pub struct Served {
     pub status: u16,
 }
 
+/// Object numbers seen: a bitmap for the small ones (traces number their objects densely,
+/// from 0 or 1: a bit test instead of a hash-set insertion on every record), a set for the
+/// rest (numbers that are hashes).
+#[derive(Debug, Default)]
+struct Seen {
+    bits: Vec<u64>,
+    /// Numbers in `bits`.
+    dense: usize,
+    sparse: FastSet<u64>,
+}
+
+/// Numbers below this are kept as bits: at most 8 MiB of them.
+const DENSE: u64 = 1 << 26;
+
+impl Seen {
+    fn insert(&mut self, n: u64) {
+        if n >= DENSE {
+            self.sparse.insert(n);
+            return;
+        }
+        let (word, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        if word >= self.bits.len() {
+            // Doubles as a `Vec` grows: amortised, and bounded by `DENSE`.
+            self.bits.resize(word + 1, 0);
+        }
+        if self.bits[word] & bit == 0 {
+            self.bits[word] |= bit;
+            self.dense += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.dense + self.sparse.len()
+    }
+}
+
 /// The replay of one trace through several configurations.
 pub struct Replay {
     assumptions: Assumptions,
@@ -136,7 +172,7 @@ pub struct Replay {
     numbered: FastMap<u64, u32>,
     /// Numbered objects whose records give their size: nothing about them needs keeping
     /// but that they were seen (their URL is their key; see [`Replay::feed`]).
-    sized: FastSet<u64>,
+    sized: Seen,
     /// The server id of [`ID_AUTHORITY`], once a numbered record has named it.
     id_server: Option<u32>,
     info: Vec<UrlInfo>,
@@ -145,6 +181,8 @@ pub struct Replay {
     sims: Vec<Sim>,
     scratch: Scratch,
     clock: f64,
+    /// The last clock reading and the instant it stands for.
+    now: Option<(f64, SystemTime)>,
     first: Option<f64>,
     plain: HeaderMap,
     cookie: HeaderMap,
@@ -164,7 +202,7 @@ impl Replay {
             assumptions,
             urls: FastMap::default(),
             numbered: FastMap::default(),
-            sized: FastSet::default(),
+            sized: Seen::default(),
             id_server: None,
             info: Vec::new(),
             clients: Names::default(),
@@ -175,6 +213,7 @@ impl Replay {
                 .collect::<anyhow::Result<_>>()?,
             scratch: Scratch::default(),
             clock: 0.0,
+            now: None,
             first: None,
             plain: HeaderMap::new(),
             cookie,
@@ -279,10 +318,19 @@ impl Replay {
         self.first.get_or_insert(r.time);
         // Readers bound times (`trace::MAX_TIME`); a reader that did not still can't
         // overflow the clock.
-        let now = Duration::try_from_secs_f64(self.clock.clamp(0.0, crate::trace::MAX_TIME))
-            .ok()
-            .and_then(|d| UNIX_EPOCH.checked_add(d))
-            .unwrap_or(UNIX_EPOCH);
+        let now = match self.now {
+            // Records share their time (a second's worth of a trace at whole seconds).
+            Some((at, now)) if at == self.clock => now,
+            _ => {
+                let now =
+                    Duration::try_from_secs_f64(self.clock.clamp(0.0, crate::trace::MAX_TIME))
+                        .ok()
+                        .and_then(|d| UNIX_EPOCH.checked_add(d))
+                        .unwrap_or(UNIX_EPOCH);
+                self.now = Some((self.clock, now));
+                now
+            }
+        };
         let (server, dynamic, uncachable, guessed_type, largest) = match known {
             Ok(id) => {
                 let info = &self.info[id as usize];

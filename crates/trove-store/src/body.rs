@@ -55,7 +55,7 @@
 //! choice about the slow reader only.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
@@ -239,6 +239,10 @@ pub struct Body {
     /// `state.end` as one byte (see [`End`]), written under the lock whenever it is, so
     /// [`Body::outcome`] (asked twice by every hit) reads it without taking the lock.
     end: AtomicU8,
+    /// A spool was ever given (set under the lock with `state.spool`, never cleared), so
+    /// [`Body::reads_from_disk`] (asked by every hit) answers a body that never had one
+    /// without taking the lock.
+    ever_spooled: AtomicBool,
     expected: Option<u64>,
     readers_wake: WakeList,
     writer_wake: WakeList,
@@ -264,6 +268,7 @@ impl Body {
                 me: Weak::new(),
             }),
             end: AtomicU8::new(End::ARRIVING),
+            ever_spooled: AtomicBool::new(false),
             expected,
             readers_wake: WakeList::default(),
             writer_wake: WakeList::default(),
@@ -502,6 +507,7 @@ impl Body {
             }
             st.mode = Mode::Spooled { window, fallback };
             st.spool = Some(spool);
+            self.ever_spooled.store(true, Ordering::Release);
             st.me = Arc::downgrade(self);
             if let (None, Some(m)) = (&st.meter, meter) {
                 m.fetch_add(st.held, Ordering::Relaxed);
@@ -533,6 +539,7 @@ impl Body {
                 },
             };
             st.spool = Some(spool);
+            body.ever_spooled.store(true, Ordering::Release);
             st.end = Some(Ok(()));
             body.end.store(End::of(st.end), Ordering::Release);
         }
@@ -557,6 +564,9 @@ impl Body {
     /// or one whose spool has written every byte): every byte a reader gets comes from disk,
     /// so a hit on it is a disk hit.
     pub fn reads_from_disk(&self) -> bool {
+        if !self.ever_spooled.load(Ordering::Acquire) {
+            return false;
+        }
         let st = self.state.lock();
         st.spool.is_some() && st.end == Some(Ok(())) && st.held == 0
     }

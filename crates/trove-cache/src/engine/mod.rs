@@ -125,16 +125,17 @@ impl Engine {
         let mut lower: Option<Box<dyn Lower>> = None;
         // The origin's answer in hand.
         let mut held: Option<OriginAnswer> = None;
-        let mut cmd = flow.next(&env, Event::Start);
+        let mut command = flow.next(&env, Event::Start);
         loop {
-            let command = match cmd.on_store(store) {
-                Ok(()) => {
-                    cmd = flow.next(&env, Event::Done);
-                    continue;
-                }
-                Err(c) => c,
-            };
             let ev = match command {
+                // The store-only effects, carried out as for every driver.
+                c @ (Command::Touch(_)
+                | Command::Remove(..)
+                | Command::Invalidate(_)
+                | Command::Freshen(..)) => {
+                    let _ = c.on_store(store);
+                    Event::Done
+                }
                 Command::Guard(_) => Event::Allowed,
                 Command::Lookup => match store.probe(key) {
                     Probe::Lower(l) => {
@@ -198,11 +199,6 @@ impl Engine {
                 }
                 Command::Combine => Event::Combined(partial::combine(store, policy, key)),
                 Command::Purge(p) => Event::Purged(Ok(purge::apply(store, key, &p, now))),
-                // Carried out by `Command::on_store` above.
-                Command::Touch(_)
-                | Command::Remove(..)
-                | Command::Invalidate(_)
-                | Command::Freshen(..) => Event::Done,
                 Command::Remember => {
                     memo.remember(key, now);
                     Event::Done
@@ -228,9 +224,9 @@ impl Engine {
                         let obj = Arc::clone(&s.obj);
                         origin.store_body(store, obj, body(held.take(), real));
                     }
-                    let no_fields = HeaderMap::new();
-                    let get = Method::GET;
+                    let (get, no_fields);
                     let view = if s.as_get {
+                        (get, no_fields) = (Method::GET, HeaderMap::new());
                         Request::new(&get, &no_fields)
                     } else {
                         req
@@ -258,7 +254,7 @@ impl Engine {
                     return served(Outcome::None, StatusCode::OK, none, flow);
                 }
             };
-            cmd = flow.next(&env, ev);
+            command = flow.next(&env, ev);
         }
     }
 }
@@ -296,11 +292,11 @@ pub fn fill(store: &dyn Storage, obj: &Object, body: Option<AnswerBody>) {
     store.recharge(obj);
 }
 
-fn served(outcome: Outcome, status: StatusCode, cs: CacheStatus, flow: &Flow<'_>) -> Served {
+fn served(outcome: Outcome, status: StatusCode, cs: CacheStatus, flow: &mut Flow<'_>) -> Served {
     Served {
         outcome,
         status,
         cache_status: cs,
-        steps: flow.steps().clone(),
+        steps: flow.take_steps(),
     }
 }

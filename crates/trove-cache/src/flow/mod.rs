@@ -247,8 +247,36 @@ impl<'r> Flow<'r> {
         &self.steps
     }
 
+    /// The steps taken, taken out of a flow that is over (left empty).
+    pub fn take_steps(&mut self) -> Steps {
+        std::mem::take(&mut self.steps)
+    }
+
     /// The next command, given the event that answers the last one.
     pub fn next(&mut self, env: &Env<'_>, ev: Event<'_>) -> Command {
+        // A plain hit's transitions, taken without the general match (whose every
+        // transition is inlined into one large function) and, but for the serve that
+        // follows a touch, without the queue: the same commands, in the same order, as
+        // [`Flow::on`] emits for them.
+        if self.queue.is_empty() {
+            match (&self.state, &ev) {
+                (State::Start(Entry::Lookup), Event::Start) => {
+                    self.state = State::Guarding(Entry::Lookup);
+                    return Command::Guard(Guard::Origin);
+                }
+                (State::Guarding(Entry::Lookup), Event::Allowed) => {
+                    self.steps.push(Step::Lookup);
+                    self.state = State::Looking;
+                    return Command::Lookup;
+                }
+                (State::Looking, Event::Found(variants, tier)) => {
+                    if let Some(touch) = self.plain_hit(env, variants, *tier) {
+                        return touch;
+                    }
+                }
+                _ => {}
+            }
+        }
         match ev {
             Event::Done if !self.queue.is_empty() => {}
             ev => self.on(env, ev),
@@ -263,13 +291,65 @@ impl<'r> Flow<'r> {
                 text: "the request flow went wrong".into(),
             });
         }
+        if self.queue.len() == 1 {
+            // One command (the common case): taken without moving the rest down.
+            if let Some(c) = self.queue.pop() {
+                return c;
+            }
+        }
         self.queue.remove(0)
+    }
+
+    /// A lookup answered with one variant fresh by its age alone, for a plain request, and
+    /// no cookie policy to consult: the touch, with the serve queued after it. What
+    /// [`Flow::found`], [`Flow::judged`] and [`Flow::decide`] come to for such a lookup
+    /// (a [`Lookup::Found`] with [`trove_http::Reuse::Fresh`], an [`Action::Serve`] of a
+    /// memory hit), without building either; `None` for anything else, which they decide.
+    #[inline]
+    fn plain_hit(
+        &mut self,
+        env: &Env<'_>,
+        variants: &[Arc<Object>],
+        tier: Tier,
+    ) -> Option<Command> {
+        if env.rules.cookies.request_cookie == crate::RequestCookiePolicy::Bypass {
+            return None;
+        }
+        let inv = env.store.invalidations().map(|i| &**i);
+        let obj = lookup::plain_fresh(inv, variants, self.req, env.rules.policy, env.now)?;
+        self.steps.push(Step::Hit);
+        // A large object kept on disk (read from its fragments) is a disk hit wherever the
+        // lookup found it (as in `decide`).
+        let tier = if obj.body.reads_from_disk() {
+            Tier::Disk
+        } else {
+            tier
+        };
+        let (outcome, status) = by_tier(tier, Outcome::MemHit, CacheStatus::HIT);
+        self.state = State::Over;
+        let touch = Command::Touch(Arc::clone(obj));
+        self.end_serve(Serve {
+            obj: Arc::clone(obj),
+            outcome,
+            status,
+            as_get: false,
+            leader_fields: None,
+            from_origin: false,
+            fill: false,
+            publish: false,
+            tier: Some(tier),
+            file: false,
+        });
+        Some(touch)
     }
 
     fn emit(&mut self, c: Command) {
         self.queue.push(c);
     }
 
+    // Out of line: every transition is inlined into it (a large frame), and [`Flow::next`]'s
+    // plain-hit transitions should not pay for it.
+    #[inline(never)]
     fn on(&mut self, env: &Env<'_>, ev: Event<'_>) {
         let state = std::mem::replace(&mut self.state, State::Over);
         match (state, ev) {
