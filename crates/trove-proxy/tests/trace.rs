@@ -9,18 +9,26 @@ use std::time::{Duration, Instant, SystemTime};
 use kit::{respond, Trove};
 use serde_json::Value;
 
+/// Every record, once `n` of them are requests' or invalidations' (the others, a stored
+/// body's end and the sweeper's passes, come as they happen).
 async fn records(path: &std::path::Path, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n || Instant::now() > deadline {
-            return text
-                .lines()
-                .map(|l| serde_json::from_str(l).expect("each line is JSON"))
-                .collect();
+        let all: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+            .collect();
+        if all.iter().filter(|r| exchange(r)).count() >= n || Instant::now() > deadline {
+            return all;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A request's record or an invalidation's.
+fn exchange(r: &Value) -> bool {
+    r["kind"] == "request" || r["kind"] == "invalidation"
 }
 
 fn field<'a>(fields: &'a Value, name: &str) -> Option<&'a str> {
@@ -74,11 +82,19 @@ async fn a_miss_a_hit_a_304_a_revalidation_and_a_purge_are_traced() {
     };
     trove_proxy::manage::invalidate(&trove.running.shared, &call, SystemTime::now()).unwrap();
 
-    let r = records(&path, 6).await;
-    assert_eq!(r.len(), 6, "{r:?}");
-    for x in &r {
+    let all = records(&path, 6).await;
+    for x in &all {
         assert_eq!(x["v"], 1);
     }
+    let r: Vec<&Value> = all.iter().filter(|x| exchange(x)).collect();
+    assert_eq!(r.len(), 6, "{r:?}");
+    // The miss's body stored: its end, once (the revalidation's 304 had none).
+    let filled: Vec<&Value> = all.iter().filter(|x| x["kind"] == "filled").collect();
+    assert_eq!(filled.len(), 1, "{filled:?}");
+    assert_eq!(filled[0]["ok"], true);
+    assert!(filled[0]["at_us"].as_u64() >= r[0]["origin"][0]["received_us"].as_u64());
+    // No disk tier: no writer's progress.
+    assert!(r[0].get("lower_jobs").is_none());
     let micros = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()

@@ -461,9 +461,15 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
             report.compared
         );
         let again = replay(&trace, eviction, disk);
-        assert_eq!(again.results[0].differing, r.differing, "the replay repeats");
+        assert_eq!(
+            again.results[0].differing, r.differing,
+            "the replay repeats"
+        );
         assert_eq!(again.results[0].examples, r.examples);
-        assert!(r.outcomes.get("TCP_HIT").is_some_and(|n| *n > 0), "no disk hit replayed");
+        assert!(
+            r.outcomes.get("TCP_HIT").is_some_and(|n| *n > 0),
+            "no disk hit replayed"
+        );
         assert!(count(&trace, "TCP_HIT") > 0, "no disk hit");
         return;
     }
