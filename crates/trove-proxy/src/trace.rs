@@ -117,10 +117,12 @@ pub fn note_now(now: SystemTime) {
 
 /// Notes where the lower tier's writer was when the request was looked up (the first
 /// lookup's; see `trove_store::Storage::lower_progress`).
-pub fn note_lower(progress: Option<u64>) {
-    let Some(p) = progress else { return };
+/// `progress` is asked only when a request is being traced: an untraced lookup pays nothing.
+pub fn note_lower(progress: impl FnOnce() -> Option<u64>) {
     with(|c| {
-        c.lower_jobs.get_or_insert(p);
+        if c.lower_jobs.is_none() {
+            c.lower_jobs = progress();
+        }
     });
 }
 

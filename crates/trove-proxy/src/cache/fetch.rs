@@ -147,7 +147,7 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
         let stored = fill.run(&mut resp).await;
         // The replay stores the body when trove did (a client answered `304` or `HEAD`
         // may have asked again before it ended).
-        if let Some(ok) = stored {
+        if let Some(ok) = stored.filter(|_| trace.enabled()) {
             trace.filled(&obj.key, ok, now());
         }
     });

@@ -264,7 +264,7 @@ async fn run<R: AsyncRead + Unpin>(
             }
             Command::Lookup => {
                 // Where the lower tier's writer is, for the replayable trace.
-                crate::trace::note_lower(store.lower_progress());
+                crate::trace::note_lower(|| store.lower_progress());
                 match store.probe(cx.key()) {
                     // Not in memory, but a lower tier may hold it: the flow says what to
                     // open.
