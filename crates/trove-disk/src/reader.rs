@@ -97,8 +97,43 @@ pub(crate) fn checked_floor(shared: &Shared) -> u64 {
 }
 
 /// Reads the object at `loc`; `Ok(None)` if it is another key's (a tag collision) or the
-/// region was reused meanwhile.
+/// region was reused meanwhile: then, if a reclaim is copying it forward, it is read from
+/// the copy in memory (`Shared::moving`).
 pub fn load(
+    shared: &Shared,
+    fp: u64,
+    loc: Loc,
+    key: &str,
+    whole_limit: u64,
+) -> Result<Option<Loaded>, ReadError> {
+    match load_at(shared, fp, loc, key, whole_limit) {
+        Err(ReadError::Format(FormatError::StaleGeneration)) => {
+            let Some(r) = shared.moving.lock().get(&fp).cloned() else {
+                return Ok(None);
+            };
+            if r.key != key {
+                return Ok(None);
+            }
+            loaded_whole(shared, r).map(Some)
+        }
+        other => other,
+    }
+}
+
+/// An object read whole, from its verified record.
+fn loaded_whole(shared: &Shared, r: Record) -> Result<Loaded, ReadError> {
+    let mut head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
+    head.labels =
+        crate::labels::decode(&r.labels, checked_floor(shared)).map_err(|_| ReadError::Labels)?;
+    Ok(Loaded {
+        key: r.key,
+        variant: r.variant,
+        head,
+        body: LoadedBody::Whole(r.body),
+    })
+}
+
+fn load_at(
     shared: &Shared,
     fp: u64,
     loc: Loc,
@@ -131,15 +166,7 @@ pub fn load(
         if r.key != key {
             return Ok(None);
         }
-        let mut head = crate::meta::decode(&r.meta).map_err(|_| ReadError::Meta)?;
-        head.labels = crate::labels::decode(&r.labels, checked_floor(shared))
-            .map_err(|_| ReadError::Labels)?;
-        return Ok(Some(Loaded {
-            key: r.key,
-            variant: r.variant,
-            head,
-            body: LoadedBody::Whole(r.body),
-        }));
+        return loaded_whole(shared, r).map(Some);
     }
     // Large: the head now, the body as a stream.
     let labels_end = head_len + h.labels_len as u64;

@@ -338,6 +338,7 @@ pub(crate) fn judge_region(
     r: u32,
     seq: u64,
     inv: &trove_store::Invalidations,
+    upto: u64,
 ) -> std::io::Result<Vec<(String, String)>> {
     let size = shared.dir.region_size();
     let mut buf = BytesMut::zeroed(size as usize);
@@ -376,7 +377,7 @@ pub(crate) fn judge_region(
         let Some(obj) = crate::shared::object_of(&rec, floor) else {
             continue;
         };
-        if inv.verdict(&obj) != trove_store::Verdict::Alive {
+        if inv.verdict_through(&obj, upto) != trove_store::Verdict::Alive {
             out.push((rec.key, rec.variant));
         }
     }

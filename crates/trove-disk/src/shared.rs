@@ -287,6 +287,11 @@ pub(crate) struct Shared {
     /// tombstone is not written yet: an object queued before the removal and written after
     /// it must not reappear in the index.
     pub recent_removals: Mutex<std::collections::HashMap<u64, u64>>,
+    /// Records being copied forward by a reclaim, by fingerprint: from the moment their
+    /// region is retired until their copies are published, a load that finds the old
+    /// place gone reads them from here ([`crate::reader::load`]), so a hot object never
+    /// misses while it moves.
+    pub moving: Mutex<std::collections::HashMap<u64, crate::format::Record>>,
     /// The rule log the objects are judged by (the memory tier's), once `Tiered` attached it.
     pub inv: std::sync::OnceLock<Arc<trove_store::Invalidations>>,
     /// The invalidation journal (`journal`), in the first directory.
@@ -314,6 +319,12 @@ pub(crate) struct Shared {
     /// second to know where trove's writer was ([`crate::DiskStore::progress`]).
     pub jobs_pushed: AtomicU64,
     pub jobs_done: AtomicU64,
+    /// Jobs it has begun: one past `jobs_done` while a job is under way (a region's
+    /// reclaim, which empties index entries, comes early in the job that needs the room).
+    pub jobs_begun: AtomicU64,
+    /// Regions reclaimed so far, counted the moment their objects left the index (before
+    /// a pinned region's punch, which `DiskStats::regions_reclaimed` waits for).
+    pub regions_retired: AtomicU64,
     /// Set when the writer is held (a replay's, [`crate::DiskStore::hold_writer`]).
     pub gate: std::sync::OnceLock<Gate>,
 }

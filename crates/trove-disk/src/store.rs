@@ -20,9 +20,10 @@ use trove_store::Object;
 
 use crate::dir::{Dir, OpenError};
 
+use crate::format::FormatError;
 use crate::index::{Index, Loc, Varied, MAX_REGIONS, MAX_REGION_SIZE};
 use crate::journal::{JournalError, Restored, RuleJournal};
-use crate::reader::Loaded;
+use crate::reader::{Loaded, ReadError};
 use crate::shared::{
     DiskConfig, DiskStats, DrainRate, Gate, Job, LateRemoval, Shared, Stats, ALL_SALT, FAILED,
     READY, RECOVERING,
@@ -106,6 +107,7 @@ impl DiskStore {
             late_removals: Mutex::new(Vec::new()),
             epoch: AtomicU64::new(0),
             recent_removals: Mutex::new(std::collections::HashMap::new()),
+            moving: Mutex::new(std::collections::HashMap::new()),
             inv: std::sync::OnceLock::new(),
             journal: Arc::new(journal),
             disk_checked,
@@ -115,6 +117,8 @@ impl DiskStore {
             failure_logged: AtomicBool::new(false),
             jobs_pushed: AtomicU64::new(0),
             jobs_done: AtomicU64::new(0),
+            jobs_begun: AtomicU64::new(0),
+            regions_retired: AtomicU64::new(0),
             gate: std::sync::OnceLock::new(),
         });
         if restored.lost_acknowledged || journal_wiped {
@@ -307,10 +311,18 @@ impl DiskStore {
         self.shared.push(job);
     }
 
-    /// Jobs (writes, tombstones, fragments) the writer has carried out so far: where it
-    /// is, for a trace to record beside each request ([`trove_store::Storage::lower_progress`]).
-    pub fn progress(&self) -> u64 {
-        self.shared.jobs_done.load(Ordering::Acquire)
+    /// Jobs (writes, tombstones, fragments) the writer has carried out so far, and those
+    /// queued: where it is, for a trace to record beside each request
+    /// ([`trove_store::Storage::lower_progress`]).
+    pub fn progress(&self) -> trove_store::LowerProgress {
+        let done = self.shared.jobs_done.load(Ordering::Acquire);
+        trove_store::LowerProgress {
+            done,
+            // A failed batch counts its jobs done without beginning them all.
+            begun: self.shared.jobs_begun.load(Ordering::Acquire).max(done),
+            reclaims: self.shared.regions_retired.load(Ordering::Acquire),
+            queued: self.shared.jobs_pushed.load(Ordering::Acquire),
+        }
     }
 
     /// Holds the writer: from now on it carries out queued jobs only as far as
@@ -408,7 +420,9 @@ impl DiskStore {
             if seq == 0 {
                 continue;
             }
-            match crate::recovery::judge_region(&self.shared, r, seq, inv) {
+            // By the rules made before it began: one made while it runs is the next
+            // pass's (so what a pass removes does not depend on how long it takes).
+            match crate::recovery::judge_region(&self.shared, r, seq, inv, upto) {
                 Ok(dead) => {
                     for (key, variant) in dead {
                         self.remove(&key, Some(&variant));
@@ -585,6 +599,9 @@ impl DiskStore {
                 Some(found)
             }
             Ok(None) | Err(Blocked::WouldBlock) => None,
+            // Its region was reused since the index was read (or is being: a reclaim
+            // copying it forward), which is no corruption: the promotion reads it.
+            Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => None,
             Err(Blocked::Read(e)) => {
                 self.drop_corrupt(fp, loc, &e);
                 None
@@ -616,6 +633,7 @@ impl DiskStore {
             }
             Ok(None) => Cached::No,
             Err(Blocked::WouldBlock) => Cached::WouldBlock,
+            Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => Cached::No,
             Err(Blocked::Read(e)) => {
                 self.drop_corrupt(fp, loc, &e);
                 Cached::No
@@ -696,6 +714,66 @@ mod tests {
         let s = d.stats();
         assert_eq!((s.writes_queued, s.writes, s.writes_late), (1, 1, 0));
         assert!(s.write_delay_max_micros > 0);
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A hot object being copied forward by a reclaim is read from its copy in memory
+    /// once its old region is retired, until the copy is published; a record whose region
+    /// was reused is a miss, never counted corrupt.
+    #[test]
+    fn an_object_being_copied_forward_is_read_from_memory_and_a_reused_place_is_no_corruption() {
+        let dir =
+            std::env::temp_dir().join(format!("trove-disk-test-moving-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = DiskStore::open(DiskConfig {
+            region_size: 256 << 10,
+            ..DiskConfig::new(&dir, 4 << 20)
+        })
+        .unwrap();
+        assert!(d.wait_ready(Duration::from_secs(30)));
+        let key = "http://example.com/hot";
+        let obj = Object::new(
+            key.to_string(),
+            String::new(),
+            trove_store::ObjectHead {
+                status: http::StatusCode::OK,
+                headers: http::HeaderMap::new(),
+                request_headers: http::HeaderMap::new(),
+                request_time: std::time::SystemTime::UNIX_EPOCH,
+                response_time: std::time::SystemTime::UNIX_EPOCH,
+                prepared: Default::default(),
+                labels: Default::default(),
+            },
+            trove_store::Body::complete(Bytes::from(vec![7u8; 3000])),
+        );
+        assert!(d.write(&obj));
+        d.flush();
+        assert_eq!(d.load(key, 1 << 20).len(), 1);
+        let fp = fingerprint(key, "");
+        let loc = d.shared.index.get(fp).unwrap();
+        let r = loc.region() as usize;
+        let seq = d.shared.seqs[r].load(Ordering::Acquire);
+        let b = d
+            .shared
+            .dir
+            .read_vec(loc.region(), loc.offset(), loc.len_hint() as usize)
+            .unwrap();
+        let record = crate::format::Record::decode(&Bytes::from(b), seq).unwrap();
+        // As a reclaim leaves it: copied aside, its region retired, the index unchanged.
+        d.shared.moving.lock().insert(fp, record);
+        d.shared.seqs[r].store(seq + 1000, Ordering::SeqCst);
+        let found = d.load(key, 1 << 20);
+        assert_eq!(found.len(), 1, "read from the copy in memory");
+        match &found[0].body {
+            crate::LoadedBody::Whole(body) => assert_eq!(body.len(), 3000),
+            other => panic!("a whole body, not {other:?}"),
+        }
+        // Gone from `moving` without being published (its region reused): a miss.
+        d.shared.moving.lock().clear();
+        assert!(d.load(key, 1 << 20).is_empty());
+        assert_eq!(d.stats().corrupt, 0, "a reused place is not corruption");
+        d.shared.seqs[r].store(seq, Ordering::SeqCst);
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -951,7 +951,7 @@ impl Storage for Tiered {
     fn scans(&self) -> bool {
         self.0.scans()
     }
-    fn lower_progress(&self) -> Option<u64> {
+    fn lower_progress(&self) -> Option<trove_store::LowerProgress> {
         Some(self.0.disk.progress())
     }
 }

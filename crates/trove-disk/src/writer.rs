@@ -25,7 +25,10 @@
 //! compaction), optionally with reinsertion (CacheLib Navy's answer to FIFO's weakness):
 //! objects read since they were written are copied into the open region, up to half a
 //! region, before theirs is reused. Tombstones need no copying: a tombstone is always newer
-//! than what it removed, so FIFO reclaims the object's region first.
+//! than what it removed, so FIFO reclaims the object's region first. A reclaim decides and
+//! reads first, then takes what goes off the index at once; what is copied forward stays
+//! findable throughout (`Shared::moving` between its old region's retirement and its new
+//! place's publication, which follows the copies at once).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -100,6 +103,8 @@ struct Writer<'a> {
     unsynced_since: Option<Instant>,
     /// Hot records of a reclaimed region, to be written again.
     reinsert: Vec<Record>,
+    /// The removal epoch when they were chosen: a removal after that wins over the copy.
+    reinsert_epoch: u64,
 }
 
 /// The thread's body. It reads the region headers, starts the index's recovery on a thread
@@ -145,6 +150,7 @@ pub(crate) fn run(shared: &Arc<Shared>) {
         next_seq: rec.next_seq,
         unsynced_since: None,
         reinsert: Vec::new(),
+        reinsert_epoch: 0,
     };
     loop {
         let (jobs, stop) = take(shared, w.unsynced_since);
@@ -163,7 +169,10 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             for job in jobs {
                 match job {
                     Job::Flush(done) => flushes.push(done),
-                    job => w.handle(job)?,
+                    job => {
+                        shared.jobs_begun.fetch_add(1, Ordering::AcqRel);
+                        w.handle(job)?
+                    }
                 }
                 if w.active.as_ref().is_some_and(|a| a.buf.len() >= BATCH) {
                     w.flush()?;
@@ -690,9 +699,12 @@ impl Writer<'_> {
                 epoch,
             )),
         }
-        // Reinserted records wait for room made by a roll; write them now.
+        // Reinserted records wait for room made by a roll; write them now, and publish
+        // them at once: until then a read of one is answered from `moving`, in memory.
         if !self.reinsert.is_empty() {
             self.write_reinserts()?;
+            self.flush()?;
+            self.shared.moving.lock().clear();
         }
         Ok(Some(at))
     }
@@ -711,8 +723,9 @@ impl Writer<'_> {
                 meta: &r.meta,
                 body: &body,
             };
-            let epoch = self.shared.epoch.load(Ordering::Acquire);
-            self.append(&rec, epoch, None)?;
+            // As of when it was chosen: an object removed since (its index entry gone at
+            // once) is not brought back by its copy's publication.
+            self.append(&rec, self.reinsert_epoch, None)?;
             self.shared.stats.reinserted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -853,6 +866,7 @@ impl Writer<'_> {
             .pop_front()
             .ok_or_else(|| std::io::Error::other("no region to reclaim"))?;
         let seq = self.shared.seqs[victim as usize].load(Ordering::Acquire);
+        self.reinsert_epoch = self.shared.epoch.load(Ordering::Acquire);
         let entries = match recovery::summary(self.shared, victim, seq) {
             Some(e) => e,
             None => recovery::scan(self.shared, victim, seq)?.0,
@@ -864,6 +878,9 @@ impl Writer<'_> {
         // Heads leave the index like objects but are never copied forward: their fragments
         // stay where they are, and copying them (up to a whole object) would turn FIFO
         // reclaiming into compaction.
+        // Decided first (reading what is copied forward), then taken off the index all at
+        // once: a lookup meanwhile finds the region as it was, not half emptied.
+        let mut gone = Vec::new();
         for e in entries
             .iter()
             .filter(|e| matches!(e.kind, Kind::Object | Kind::Head))
@@ -885,14 +902,29 @@ impl Writer<'_> {
                 {
                     budget -= e.len as u64;
                     self.reinsert.push(r);
+                    // Left in the index until its copy is published (`place`), and read
+                    // from `moving` once its region is retired below: a hot object is
+                    // found all the while it moves.
+                    continue;
                 }
             }
+            gone.push((loc, e));
+        }
+        for (loc, e) in gone {
             self.shared.index.remove_if_at(e.fingerprint, loc);
             if e.flags & FLAG_VARIED != 0 && self.shared.index.get(e.fingerprint).is_none() {
                 self.shared.varied.forget(e.key_hash, e.fingerprint);
             }
         }
+        if !self.reinsert.is_empty() {
+            let mut moving = self.shared.moving.lock();
+            for r in &self.reinsert {
+                moving.insert(r.header.fingerprint, r.clone());
+            }
+        }
         self.shared.seqs[victim as usize].store(0, Ordering::SeqCst);
+        // Counted here, as a lookup sees it (a replayable trace records the count).
+        self.shared.regions_retired.fetch_add(1, Ordering::AcqRel);
         if self.shared.zero_copy.load(Ordering::Acquire) {
             // After `seq` is retired, and after every `sendfile` that may have read the
             // region under its old `seq` returned, before a byte is rewritten: see

@@ -690,9 +690,11 @@ pub fn spawn_sweeper(current: Arc<crate::state::Current>, every: Duration) {
             std::thread::spawn(move || {
                 let now = SystemTime::now();
                 let before = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
+                let queued = || store.lower_progress().map(|l| l.queued);
+                let first = trace.enabled().then(queued).flatten();
                 let report = inv.sweep(&*store, before);
                 // The replay sweeps where trove swept (what it removes frees memory).
-                trace.sweep(now, before, store.scans());
+                trace.sweep(now, before, store.scans(), first.zip(queued()));
                 let _ = tx.send(report);
             });
             let _ = rx.await;

@@ -73,8 +73,10 @@ const SECRET: &[&str] = &[
 pub struct Capture {
     /// The first reading of the request path's clock: the lookup's `now`.
     pub looked_up: Option<SystemTime>,
+    /// The clock once a lower tier's copy was opened or promoted ([`note_lower_now`]).
+    pub lower_now: Option<SystemTime>,
     /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
-    pub lower_jobs: Option<u64>,
+    pub lower: Option<trove_store::LowerProgress>,
     pub origin: Vec<OriginRecord>,
     pub invalidations: Vec<InvalidationRecord>,
 }
@@ -118,11 +120,19 @@ pub fn note_now(now: SystemTime) {
 /// Notes where the lower tier's writer was when the request was looked up (the first
 /// lookup's; see `trove_store::Storage::lower_progress`).
 /// `progress` is asked only when a request is being traced: an untraced lookup pays nothing.
-pub fn note_lower(progress: impl FnOnce() -> Option<u64>) {
+pub fn note_lower(progress: impl FnOnce() -> Option<trove_store::LowerProgress>) {
     with(|c| {
-        if c.lower_jobs.is_none() {
-            c.lower_jobs = progress();
+        if c.lower.is_none() {
+            c.lower = progress();
         }
+    });
+}
+
+/// Notes the clock read once a lower tier's copy was opened or promoted (the first time):
+/// its freshness is judged then, not at the lookup.
+pub fn note_lower_now(now: SystemTime) {
+    with(|c| {
+        c.lower_now.get_or_insert(now);
     });
 }
 
@@ -230,6 +240,18 @@ pub struct RequestRecord<'a> {
     /// there. Absent without a disk tier.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_jobs: Option<u64>,
+    /// How many it had begun (one more than `lower_jobs` while a job was under way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_begun: Option<u64>,
+    /// How many regions it had reclaimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_reclaims: Option<u64>,
+    /// When a lower tier's copy had been opened or promoted (its freshness judged then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_at_us: Option<u64>,
+    /// How many jobs had been queued for it then, done or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_queued: Option<u64>,
     /// The origin's answers, in the order they came (none for a hit).
     pub origin: Vec<OriginRecord>,
     /// Invalidations the request made (a `PURGE`).
@@ -257,6 +279,12 @@ struct FilledRecord<'a> {
     at_us: u64,
     url: &'a str,
     ok: bool,
+    /// Jobs queued for the disk's writer just before the body's end queued its own, and
+    /// just after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lower_queued: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lower_queued_after: Option<u64>,
 }
 
 /// A record of a pass of the invalidation sweeper.
@@ -267,6 +295,11 @@ struct SweepRecord {
     at_us: u64,
     retire_before_us: u64,
     whole: bool,
+    /// Jobs queued for the disk's writer when it began, and when it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lower_queued: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lower_queued_after: Option<u64>,
 }
 
 /// What one request was, for [`TraceLog::request`].
@@ -334,8 +367,11 @@ impl TraceLog {
         self.0.append(|buf| write_json(buf, &r));
     }
 
-    /// Writes the record of a stored body's end: whole (`ok`), or failed (and removed).
-    pub fn filled(&self, url: &str, ok: bool, at: SystemTime) {
+    /// Writes the record of a stored body's end: whole (`ok`), or failed (and removed),
+    /// at `at`; `queued`: how many jobs the disk's writer had been given just before the
+    /// end gave it its own, and just after (a replay ends the body before any request
+    /// trove looked up after it had).
+    pub fn filled(&self, url: &str, ok: bool, at: SystemTime, queued: Option<(u64, u64)>) {
         if !self.enabled() {
             return;
         }
@@ -345,6 +381,8 @@ impl TraceLog {
             at_us: micros(at),
             url,
             ok,
+            lower_queued: queued.map(|q| q.0),
+            lower_queued_after: queued.map(|q| q.1),
         };
         self.0.append(|buf| write_json(buf, &r));
     }
@@ -352,8 +390,15 @@ impl TraceLog {
     /// Writes the record of a pass of the invalidation sweeper begun at `at` (see
     /// [`crate::manage::spawn_sweeper`]): it removed what the rules kill, and retired the
     /// rules made before `retire_before`; `whole` when it covered the whole store (with a
-    /// disk tier: when it passed over the disk too, which it does at most every minute).
-    pub fn sweep(&self, at: SystemTime, retire_before: SystemTime, whole: bool) {
+    /// disk tier: when it passed over the disk too, which it does at most every minute);
+    /// `queued`: how many jobs the disk's writer had been given when it began and ended.
+    pub fn sweep(
+        &self,
+        at: SystemTime,
+        retire_before: SystemTime,
+        whole: bool,
+        queued: Option<(u64, u64)>,
+    ) {
         if !self.enabled() {
             return;
         }
@@ -363,6 +408,8 @@ impl TraceLog {
             at_us: micros(at),
             retire_before_us: micros(retire_before),
             whole,
+            lower_queued: queued.map(|q| q.0),
+            lower_queued_after: queued.map(|q| q.1),
         };
         self.0.append(|buf| write_json(buf, &r));
     }
@@ -398,7 +445,11 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
         result: x.outcome.as_str(),
         aborted: x.aborted,
         bytes: x.bytes,
-        lower_jobs: capture.lower_jobs,
+        lower_jobs: capture.lower.map(|l| l.done),
+        lower_begun: capture.lower.map(|l| l.begun),
+        lower_reclaims: capture.lower.map(|l| l.reclaims),
+        lower_at_us: capture.lower_now.map(micros),
+        lower_queued: capture.lower.map(|l| l.queued),
         origin: capture.origin,
         invalidations: capture.invalidations,
     }

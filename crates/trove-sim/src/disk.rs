@@ -7,10 +7,12 @@
 //! - **The writer is put where trove's was.** In `trove serve` the disk's writer runs
 //!   beside the requests: an object reaches the disk a moment after its body completes, and
 //!   a region is reclaimed a moment after the write that needs it, so what a request finds
-//!   depends on timing. A replayable trace records, with each request, how many jobs
-//!   trove's writer had done when it looked the request up (`lower_jobs`); the exact replay
-//!   holds its writer and lets it go exactly that far ([`DiskTier::settle`]). A replay of
-//!   a log that does not say waits for its writer after every request.
+//!   depends on timing. A replayable trace records, with each request, how far trove's
+//!   writer had got when it looked the request up (jobs done, begun and queued, regions
+//!   reclaimed); the exact replay holds its writer and lets it go that far
+//!   ([`DiskTier::settle`]), and places bodies' ends and sweeps by the jobs they queued
+//!   (`crate::trace::replayable`). A replay of a log that does not say waits for its
+//!   writer after every request.
 //! - **Passes over the disk** (removing what invalidation rules kill there) are made
 //!   where the trace says trove made them, never by this machine's clock.
 //! - **Bodies are zeros** of the recorded length (the disk stores what it is given, and a
@@ -50,7 +52,8 @@ impl DiskModel {
         }
     }
 
-    /// What `trove serve --check` would refuse, said the same way.
+    /// What `trove serve --check` would refuse, said the same way (the rules are
+    /// `trove_proxy::settings`' for `[cache.disk]`, which this crate does not depend on).
     pub fn check(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
             (64 << 10..=128 << 20).contains(&self.region_size),
@@ -113,11 +116,27 @@ impl DiskTier {
     /// done (a replayable trace's `lower_jobs`), or, when the trace does not say, all that
     /// are queued. So the state a request finds depends neither on how fast this machine's
     /// disk is nor on how far ahead of trove's the replay's writer runs.
-    pub fn settle(&self, upto: Option<u64>) {
-        match (self.held, upto) {
-            (true, Some(n)) => self.store.disk().release(n),
-            (true, None) => self.store.disk().release(u64::MAX),
-            (false, _) => self.store.disk().flush(),
+    ///
+    /// Trove's writer may have been part way through a batch of jobs (`begun` past
+    /// `done`): of those, the replay's carries out as many as it takes to have reclaimed
+    /// as many regions as trove's had (`reclaims`), as a reclaim takes objects off the
+    /// disk at once while the batch's writes show only when it ends.
+    pub fn settle(&self, done: Option<u64>, begun: Option<u64>, reclaims: Option<u64>) {
+        let disk = self.store.disk();
+        match (self.held, done) {
+            (true, Some(n)) => {
+                disk.release(n);
+                let (Some(begun), Some(reclaims)) = (begun, reclaims) else {
+                    return;
+                };
+                let mut at = n;
+                while at < begun && disk.progress().reclaims < reclaims {
+                    at += 1;
+                    disk.release(at);
+                }
+            }
+            (true, None) => disk.release(u64::MAX),
+            (false, _) => disk.flush(),
         }
     }
 }

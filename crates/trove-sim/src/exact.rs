@@ -74,6 +74,11 @@ pub struct DiskCounts {
     pub regions_reclaimed: u64,
     pub reinserted: u64,
     pub hits: u64,
+    /// Requests at whose lookup the replay's writer had been given a different number of
+    /// jobs than trove's had (the trace's `lower_queued`), and the first of them: where
+    /// the two disks' histories part.
+    pub queue_mismatches: u64,
+    pub first_queue_mismatch: Option<(u64, u64, u64)>,
 }
 
 /// What the exact replay did.
@@ -103,6 +108,10 @@ struct Sim {
     /// Bodies whose heads are stored, waiting for the trace to say where trove's ended
     /// (its `filled` records), in order.
     arriving: VecDeque<Arriving>,
+    /// Requests whose lookup found the replay's writer queue not where trove's was, and
+    /// the first (request, trove's count, the replay's).
+    queue_mismatches: u64,
+    first_queue_mismatch: Option<(u64, u64, u64)>,
 }
 
 /// A body the replay stores where trove's ended.
@@ -116,9 +125,15 @@ struct Arriving {
 
 impl Sim {
     /// Puts the disk's writer where trove's was (see `crate::disk`).
-    fn settle(&self, upto: Option<u64>) {
+    fn settle(&mut self, index: u64, r: &Request) {
+        let queued = r.lower_queued;
         if let Some(d) = &self.disk {
-            d.settle(upto);
+            d.settle(r.lower_jobs, r.lower_begun, r.lower_reclaims);
+            let ours = d.store.disk().progress().queued;
+            if let Some(q) = queued.filter(|q| *q != ours) {
+                self.queue_mismatches += 1;
+                self.first_queue_mismatch.get_or_insert((index, q, ours));
+            }
         }
     }
 
@@ -190,6 +205,8 @@ impl Exact {
                     disk,
                     result,
                     arriving: VecDeque::new(),
+                    queue_mismatches: 0,
+                    first_queue_mismatch: None,
                 })
             })
             .collect::<anyhow::Result<_>>()?;
@@ -317,9 +334,10 @@ impl Exact {
                     applied: 0,
                     store: &*store,
                     arriving: Vec::new(),
+                    last_reused: false,
                 };
                 let sim = &mut self.sims[i];
-                sim.settle(r.lower_jobs);
+                sim.settle(self.index, r);
                 let served = sim
                     .engine
                     .handle(&r.method, &r.url, &r.headers, r.at, &mut origin);
@@ -412,6 +430,8 @@ impl Exact {
                         regions_reclaimed: st.regions_reclaimed,
                         reinserted: st.reinserted,
                         hits: st.hits,
+                        queue_mismatches: s.queue_mismatches,
+                        first_queue_mismatch: s.first_queue_mismatch,
                     }
                 });
                 r
@@ -425,6 +445,14 @@ impl Exact {
 pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<ExactReport> {
     let mut reader = ReplayableReader::new(input);
     while let Some(e) = reader.next_event() {
+        // What trove's disk writer had been given before this request's lookup.
+        if let Event::Request(r) = &e {
+            if let Some(q) = r.lower_queued {
+                for early in reader.take_queued_before(q) {
+                    exact.feed(&early, &[])?;
+                }
+            }
+        }
         // What landed while its origin's answers were on their way.
         let racing = match &e {
             Event::Request(r) => match r.answers.iter().map(|a| a.received).max() {
@@ -462,6 +490,9 @@ struct Recorded<'a> {
     store: &'a dyn Storage,
     /// Bodies to store where trove's ended.
     arriving: Vec<(Arc<Object>, Option<AnswerBody>)>,
+    /// The last answer handed over was not trove's (the replay asked more than it did):
+    /// no record will say where its body ended.
+    last_reused: bool,
 }
 
 impl Recorded<'_> {
@@ -478,15 +509,26 @@ impl Recorded<'_> {
 }
 
 impl Origin for Recorded<'_> {
-    /// Kept, to be stored where trove's body ended (see [`Sim::filled`]).
-    fn store_body(&mut self, _: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
-        self.arriving.push((obj, body));
+    /// Kept, to be stored where trove's body ended (see [`Sim::filled`]); stored at once
+    /// if trove never fetched it.
+    fn store_body(&mut self, store: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
+        if self.last_reused {
+            trove_cache::engine::fill(store, &obj, body);
+        } else {
+            self.arriving.push((obj, body));
+        }
+    }
+
+    /// Trove judged a disk copy's freshness once it had read it.
+    fn after_lower(&mut self) -> Option<SystemTime> {
+        self.request.lower_at
     }
 
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
         self.asked += 1;
         let recorded = self.request.answers.get(self.next);
         self.next += 1;
+        self.last_reused = recorded.is_none();
         // What trove applied before this answer's head arrived, the replay applies before
         // handing it over (the request was sent before them: they judge what it brings).
         if let Some(a) = recorded {

@@ -183,6 +183,31 @@ struct Mix {
 
 /// Drives `n` requests through a fresh `trove serve` with eviction policy `eviction`, the
 /// disk tier on when `disk`, and the trace on; returns the trace's text and what was sent.
+/// Asks for `url` while making `call` once the origin has one more request for `path`
+/// than before (or `wait_ms` have passed): an invalidation racing the fetch or the
+/// revalidation the request causes. The status the client got.
+async fn raced(
+    c: &mut kit::Client,
+    origin: &kit::Origin,
+    shared: &trove_proxy::state::Shared,
+    url: &str,
+    path: &str,
+    wait_ms: u64,
+    call: trove_api::Invalidate,
+) -> u16 {
+    let seen = || origin.seen().iter().filter(|s| s.path == path).count();
+    let before = seen();
+    let invalidate = async {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        while seen() == before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        trove_proxy::manage::invalidate(shared, &call, SystemTime::now()).unwrap();
+    };
+    let (resp, ()) = tokio::join!(c.get(url, &[]), invalidate);
+    resp.status
+}
+
 async fn through_trove(n: u64, eviction: EvictionKind, disk: bool, seed: u64) -> (String, Mix) {
     let began = Instant::now();
     let origin = kit::Origin::start(move |req, _| origin(req, began)).await;
@@ -240,22 +265,12 @@ async fn through_trove(n: u64, eviction: EvictionKind, disk: bool, seed: u64) ->
             let j = rng.below(20);
             let url = format!("{base}/r/{j}");
             let path = format!("/r/{j}");
-            let seen_before = origin.seen().iter().filter(|s| s.path == path).count();
-            let invalidate = async {
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while origin.seen().iter().filter(|s| s.path == path).count() == seen_before
-                    && Instant::now() < deadline
-                {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                let call = trove_api::Invalidate {
-                    url: Some(url.clone()),
-                    ..Default::default()
-                };
-                trove_proxy::manage::invalidate(&shared, &call, SystemTime::now()).unwrap();
+            let call = trove_api::Invalidate {
+                url: Some(url.clone()),
+                ..Default::default()
             };
-            let (resp, ()) = tokio::join!(c.get(&url, &[]), invalidate);
-            assert_eq!(resp.status, 200, "{url}");
+            let status = raced(&mut c, &origin, &shared, &url, &path, 5000, call).await;
+            assert_eq!(status, 200, "{url}");
             mix.races += 1;
             mix.invalidations += 1;
             mix.requests += 1;
@@ -268,24 +283,14 @@ async fn through_trove(n: u64, eviction: EvictionKind, disk: bool, seed: u64) ->
             let j = rng.below(20);
             let url = format!("{base}/v/{j}");
             let path = format!("/v/{j}");
-            let seen_before = origin.seen().iter().filter(|s| s.path == path).count();
             let by_prefix = rng.below(2) == 0;
-            let invalidate = async {
-                let deadline = Instant::now() + Duration::from_millis(200);
-                while origin.seen().iter().filter(|s| s.path == path).count() == seen_before
-                    && Instant::now() < deadline
-                {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                let call = trove_api::Invalidate {
-                    url: (!by_prefix).then(|| url.clone()),
-                    prefix: by_prefix.then(|| url.clone()),
-                    ..Default::default()
-                };
-                trove_proxy::manage::invalidate(&shared, &call, SystemTime::now()).unwrap();
+            let call = trove_api::Invalidate {
+                url: (!by_prefix).then(|| url.clone()),
+                prefix: by_prefix.then(|| url.clone()),
+                ..Default::default()
             };
-            let (resp, ()) = tokio::join!(c.get(&url, &[]), invalidate);
-            assert_eq!(resp.status, 200, "{url}");
+            let status = raced(&mut c, &origin, &shared, &url, &path, 200, call).await;
+            assert_eq!(status, 200, "{url}");
             mix.races += 1;
             mix.invalidations += 1;
             mix.requests += 1;
@@ -450,13 +455,15 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
     assert!(report.compared + 5 >= mix.requests);
     if disk {
         // Not exact yet with the disk tier (docs/trace-format.md, "What it cannot
-        // reproduce"): trove's invalidation sweeper runs beside the requests, and its
-        // removals and disk pass reach the disk's writer a few jobs later than at the time
-        // it records, so what a region's reclaim drops drifts (4.5 % of 20,000 requests
-        // differed on a quiet host, 12 % of 100,000 on a loaded one). Held to replaying
-        // the same way every time, to serving disk hits, and to a loose bound.
+        // reproduce"): trove's disk writer, its fills and its sweeper run beside the
+        // requests, and a lookup that lands part way through one of their steps (a job
+        // that reclaims a region, a body's end that queues two writes) finds a state the
+        // replay's whole steps never show; from there, which objects a region's reclaim
+        // drops drifts. Measured in this test (debug build), 2 to 381 of 10,000 differed
+        // over twenty runs. Held to replaying the same way every time, to serving disk
+        // hits, and to a bound (10 %).
         assert!(
-            r.differing * 4 <= report.compared,
+            r.differing * 10 <= report.compared,
             "{} of {} differ with the disk tier",
             r.differing,
             report.compared

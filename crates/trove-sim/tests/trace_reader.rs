@@ -49,9 +49,8 @@ fn record(url: &str, at: u64, done: u64, answer: bool, result: Outcome) -> Strin
     };
     let capture = Capture {
         looked_up: Some(t(at)),
-        lower_jobs: None,
         origin,
-        invalidations: Vec::new(),
+        ..Capture::default()
     };
     let x = Exchange {
         start: t(at.saturating_sub(5)),

@@ -836,10 +836,18 @@ impl Invalidations {
     /// sent. Costs an atomic load when no rule is newer than what `obj` was last checked
     /// against; otherwise each newer rule is tested once.
     pub fn verdict(&self, obj: &Object) -> Verdict {
+        self.verdict_through(obj, u64::MAX)
+    }
+
+    /// `obj`'s standing against the rules made since the request that produced it was sent
+    /// up to the one numbered `upto`: what a pass that began when `upto` was the latest
+    /// ([`Invalidations::current`]) judges, whatever is made while it runs (the next pass's
+    /// work), so what it removes depends on where it began, not on how long it took.
+    pub fn verdict_through(&self, obj: &Object, upto: u64) -> Verdict {
         let l = &obj.head.labels;
-        let last = self.last.load(Ordering::Acquire);
+        let last = self.last.load(Ordering::Acquire).min(upto);
         let seen = l.born.max(l.checked.load(Ordering::Relaxed));
-        if seen < last && self.check(obj, seen) {
+        if seen < last && self.check(obj, seen, upto) {
             return Verdict::Dead;
         }
         let soft = l.soft.load(Ordering::Relaxed);
@@ -852,8 +860,8 @@ impl Invalidations {
         }
     }
 
-    /// Tests `obj` against the rules after `seen`; true when one kills it.
-    fn check(&self, obj: &Object, seen: u64) -> bool {
+    /// Tests `obj` against the rules after `seen` through `upto`; true when one kills it.
+    fn check(&self, obj: &Object, seen: u64, upto: u64) -> bool {
         let l = &obj.head.labels;
         let log = self.log.read();
         if seen < log.floor {
@@ -874,16 +882,19 @@ impl Invalidations {
         if !log.keys.is_empty() {
             let h = *key.get_or_insert_with(|| key_hash(&obj.key));
             if let Some(m) = log.keys.get(&h) {
-                if m.hard > seen {
+                // A key keeps only its latest rule of each mode: one made past `upto`
+                // hides any before it, left to the next pass.
+                if m.hard > seen && m.hard <= upto {
                     return true;
                 }
-                if m.soft > seen {
+                if m.soft > seen && m.soft <= upto {
                     soft(m.soft, m.soft_at);
                 }
             }
         }
         let from = log.rules.partition_point(|r| r.seq <= seen);
-        for r in log.rules.range(from..) {
+        let to = log.rules.partition_point(|r| r.seq <= upto);
+        for r in log.rules.range(from..to.max(from)) {
             if !r.selector.matches(obj, &mut key) {
                 continue;
             }
@@ -893,7 +904,8 @@ impl Invalidations {
             }
         }
         // Every rule made so far is in `log` (rules are added under its lock).
-        l.checked.fetch_max(log.next - 1, Ordering::Relaxed);
+        l.checked
+            .fetch_max((log.next - 1).min(upto), Ordering::Relaxed);
         false
     }
 
@@ -1128,6 +1140,31 @@ mod tests {
         assert_eq!(inv.verdict(&b), Verdict::Alive);
         let newer = obj("http://h/a", &["x"], inv.current());
         assert_eq!(inv.verdict(&newer), Verdict::Alive, "born after the rule");
+    }
+
+    /// A disk pass judges by the rules made before it began: one made while it runs (a
+    /// prefix rule, or a URL's second rule) is left to the next pass, and the object is
+    /// judged again then from where the pass left it.
+    #[test]
+    fn a_judgement_through_a_rule_ignores_the_rules_after_it() {
+        let inv = Invalidations::new();
+        let a = obj("http://h/a", &[], inv.current());
+        let b = obj("http://h/b", &[], inv.current());
+        inv.add(Selector::Key(key_hash("http://h/b")), Mode::Hard, t(1));
+        let upto = inv.current();
+        inv.add(Selector::Prefix("http://h/a".into()), Mode::Hard, t(2));
+        inv.add(Selector::Key(key_hash("http://h/b")), Mode::Soft, t(3));
+        assert_eq!(inv.verdict_through(&a, upto), Verdict::Alive);
+        assert_eq!(inv.verdict_through(&b, upto), Verdict::Dead);
+        // `a` was checked through `upto` only: the later rule still reaches it.
+        assert_eq!(inv.verdict(&a), Verdict::Dead);
+        // A key whose latest rule is past `upto` hides its earlier one until then.
+        let c = obj("http://h/c", &[], inv.current());
+        inv.add(Selector::Key(key_hash("http://h/c")), Mode::Hard, t(4));
+        let upto = inv.current();
+        inv.add(Selector::Key(key_hash("http://h/c")), Mode::Hard, t(5));
+        assert_eq!(inv.verdict_through(&c, upto), Verdict::Alive);
+        assert_eq!(inv.verdict(&c), Verdict::Dead);
     }
 
     #[test]

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use crate::object::{Object, ObjectHead};
-use crate::tier::{LowerStats, Probe};
+use crate::tier::{LowerProgress, LowerStats, Probe};
 
 /// Why an object left a store. Counted per reason in [`crate::StoreStats::removed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,9 +191,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
 
     /// How far a lower tier's writer, running beside the requests, has got: the jobs it
-    /// has carried out. A replayable trace records it with each request so a replay puts
-    /// its writer there too. `None` without a lower tier.
-    fn lower_progress(&self) -> Option<u64> {
+    /// has carried out, and those queued. A replayable trace records it with each request
+    /// so a replay puts its writer there too. `None` without a lower tier.
+    fn lower_progress(&self) -> Option<LowerProgress> {
         None
     }
 }

@@ -150,6 +150,23 @@ pub fn is_reused(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Reused>())
 }
 
+/// Where a lower tier's writer is ([`crate::Storage::lower_progress`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LowerProgress {
+    /// Jobs (writes, tombstones, fragments) the writer has carried out.
+    pub done: u64,
+    /// Jobs it has begun: more than `done` while it is part way through (a region
+    /// reclaimed, its objects gone from the index, but the write that needed the room
+    /// not yet done). A replay of a request looked up then puts its writer past the job
+    /// under way, as the reclaim is what a lookup sees first.
+    pub begun: u64,
+    /// Regions it has reclaimed (emptied for reuse), counted once each is done: with
+    /// `begun`, whether the jobs under way had reclaimed theirs yet.
+    pub reclaims: u64,
+    /// Jobs queued for it in all (carried out or not).
+    pub queued: u64,
+}
+
 /// A lower tier's figures (a disk's), for metrics, the admin API and health: what
 /// [`crate::Storage::lower_stats`] reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

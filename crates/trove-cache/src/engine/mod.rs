@@ -114,7 +114,7 @@ impl Engine {
         } = self;
         let real = *real_bodies;
         let store = &**store;
-        let env = Env {
+        let mut env = Env {
             rules: Rules { policy, cookies },
             store,
             now,
@@ -154,12 +154,14 @@ impl Engine {
                         (Some(min), Some(l)) => l.open_file(min),
                         _ => None,
                     };
+                    env.now = origin.after_lower().unwrap_or(env.now);
                     Event::FileFound(hit.map(|h| h.into_object(key).0))
                 }
                 Command::Promote => {
                     for fill in lower.take().map(|l| l.load()).unwrap_or_default() {
                         fill.run();
                     }
+                    env.now = origin.after_lower().unwrap_or(env.now);
                     variants.clear();
                     store.lookup_into(key, variants);
                     Event::Found(variants, Tier::Disk)

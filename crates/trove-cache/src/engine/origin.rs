@@ -2,6 +2,7 @@
 //! bytes or only as a length.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
@@ -68,5 +69,12 @@ pub trait Origin {
     /// client answered `304` or `HEAD` may ask again before it has).
     fn store_body(&mut self, store: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
         super::fill(store, &obj, body);
+    }
+
+    /// The time once a lower tier's copy has been opened or promoted, if it is not the
+    /// request's: a server reads its clock again after the read (a replay, the time the
+    /// trace recorded), and judges the copy's freshness then.
+    fn after_lower(&mut self) -> Option<SystemTime> {
+        None
     }
 }

@@ -151,6 +151,29 @@ pub struct Serve {
     pub file: bool,
 }
 
+impl Serve {
+    /// A stored copy served as it is, found at lookup in `tier` (if known).
+    pub fn stored(
+        obj: Arc<Object>,
+        outcome: Outcome,
+        status: CacheStatus,
+        tier: Option<Tier>,
+    ) -> Serve {
+        Serve {
+            obj,
+            outcome,
+            status,
+            as_get: false,
+            leader_fields: None,
+            from_origin: false,
+            fill: false,
+            publish: false,
+            tier,
+            file: false,
+        }
+    }
+}
+
 /// Send the origin's answer on, not stored, with these cleaned fields.
 #[derive(Debug)]
 pub struct Forward {

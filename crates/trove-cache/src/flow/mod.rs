@@ -328,18 +328,7 @@ impl<'r> Flow<'r> {
         let (outcome, status) = by_tier(tier, Outcome::MemHit, CacheStatus::HIT);
         self.state = State::Over;
         let touch = Command::Touch(Arc::clone(obj));
-        self.end_serve(Serve {
-            obj: Arc::clone(obj),
-            outcome,
-            status,
-            as_get: false,
-            leader_fields: None,
-            from_origin: false,
-            fill: false,
-            publish: false,
-            tier: Some(tier),
-            file: false,
-        });
+        self.end_serve(Serve::stored(Arc::clone(obj), outcome, status, Some(tier)));
         Some(touch)
     }
 
@@ -668,16 +657,8 @@ impl<'r> Flow<'r> {
                 self.steps.push(Step::Hit);
                 let (outcome, status) = by_tier(Tier::Disk, Outcome::MemHit, status);
                 self.end_serve(Serve {
-                    obj,
-                    outcome,
-                    status,
-                    as_get: false,
-                    leader_fields: None,
-                    from_origin: false,
-                    fill: false,
-                    publish: false,
-                    tier: Some(Tier::Disk),
                     file: true,
+                    ..Serve::stored(obj, outcome, status, Some(Tier::Disk))
                 });
             }
             _ => {
@@ -917,18 +898,7 @@ impl<'r> Flow<'r> {
         tier: Option<Tier>,
     ) {
         self.emit(Command::Touch(Arc::clone(&obj)));
-        self.end_serve(Serve {
-            obj,
-            outcome,
-            status,
-            as_get: false,
-            leader_fields: None,
-            from_origin: false,
-            fill: false,
-            publish: false,
-            tier,
-            file: false,
-        });
+        self.end_serve(Serve::stored(obj, outcome, status, tier));
     }
 
     fn end_serve(&mut self, s: Serve) {

@@ -143,12 +143,14 @@ pub fn spawn_fill(shared: &Shared, resp: OriginResponse, obj: Arc<Object>) {
             abort,
             metrics: &metrics,
             memo: &memo,
+            traced: trace.enabled(),
         };
-        let stored = fill.run(&mut resp).await;
         // The replay stores the body when trove did (a client answered `304` or `HEAD`
         // may have asked again before it ended).
-        if let Some(ok) = stored.filter(|_| trace.enabled()) {
-            trace.filled(&obj.key, ok, now());
+        if let Some(end) = fill.run(&mut resp).await {
+            if let Some((at, lower)) = end.noted {
+                trace.filled(&obj.key, end.ok, at, lower);
+            }
         }
     });
 }
@@ -160,9 +162,33 @@ struct Fill<'a> {
     abort: AbortPolicy,
     metrics: &'a Metrics,
     memo: &'a Mutex<PassMemo>,
+    /// Whether the trace is on: then [`Fill::end`] notes when the body ended.
+    traced: bool,
+}
+
+/// How a stored body ended.
+struct Ended {
+    /// Whole in the store, or failed and removed.
+    ok: bool,
+    /// When tracing: the time, and how many jobs the lower tier's writer had been given
+    /// just before the end gave it its own, and just after.
+    noted: Option<(SystemTime, Option<(u64, u64)>)>,
 }
 
 impl Fill<'_> {
+    /// Ends the body `ok` or not, the moment noted for the trace first.
+    fn end(&self, ok: bool) -> Ended {
+        let queued = || self.store.lower_progress().map(|l| l.queued);
+        let before = self.traced.then(|| (now(), queued()));
+        if ok {
+            self.store.recharge(self.obj);
+        } else {
+            self.store.remove_object(self.obj, Removal::Failed);
+        }
+        let noted = before.map(|(at, b)| (at, b.zip(queued())));
+        Ended { ok, noted }
+    }
+
     /// Copies the origin body into the stored body. Runs to the end even if the client that
     /// asked has gone, because the object is being stored; a body of unknown length is read
     /// no further than `stream_buffer` ahead of its fastest reader while anyone reads it, as
@@ -171,9 +197,8 @@ impl Fill<'_> {
     /// read `read_ahead` ahead of its fastest reader (see `trove_store::Body`); when no
     /// reader is left the abort policy decides whether to finish or stop.
     ///
-    /// Whether the body ended whole in the store (`Some(true)`), failed and left it
-    /// (`Some(false)`), or was no longer the store's (`None`).
-    async fn run(&self, resp: &mut OriginResponse) -> Option<bool> {
+    /// How the body ended in the store, or `None` if it was no longer the store's.
+    async fn run(&self, resp: &mut OriginResponse) -> Option<Ended> {
         let body: &Arc<Body> = &self.obj.body;
         if body.expected_len().is_none() {
             body.set_paced(self.limits.buffer);
@@ -220,20 +245,17 @@ impl Fill<'_> {
                     if body.expected_len().is_some_and(|n| n != body.len()) {
                         // Shorter than promised: never keep it as complete.
                         body.finish(Err(BodyError::Incomplete));
-                        self.store.remove_object(self.obj, Removal::Failed);
-                        return Some(false);
+                        return Some(self.end(false));
                     }
                     body.finish(Ok(()));
                     if body.is_unstored() {
                         return None;
                     }
-                    self.store.recharge(self.obj);
-                    return Some(true);
+                    return Some(self.end(true));
                 }
                 Err(_) => {
                     body.finish(Err(BodyError::Incomplete));
-                    self.store.remove_object(self.obj, Removal::Failed);
-                    return Some(false);
+                    return Some(self.end(false));
                 }
             }
         }

@@ -285,6 +285,7 @@ async fn run<R: AsyncRead + Unpin>(
                     None => (None, None),
                 };
                 now = fetch::now();
+                crate::trace::note_lower_now(now);
                 lower = opened.0;
                 match opened.1 {
                     Some((obj, body)) => {
@@ -297,6 +298,7 @@ async fn run<R: AsyncRead + Unpin>(
             Command::Promote => {
                 tier::promote(lower.take()).await;
                 now = fetch::now();
+                crate::trace::note_lower_now(now);
                 variants.0.clear();
                 store.lookup_into(cx.key(), &mut variants.0);
                 Event::Found(&variants.0, Tier::Disk)

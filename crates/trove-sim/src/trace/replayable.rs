@@ -66,6 +66,16 @@ struct Line {
     #[serde(default)]
     lower_jobs: Option<u64>,
     #[serde(default)]
+    lower_begun: Option<u64>,
+    #[serde(default)]
+    lower_at_us: Option<u64>,
+    #[serde(default)]
+    lower_reclaims: Option<u64>,
+    #[serde(default)]
+    lower_queued_after: Option<u64>,
+    #[serde(default)]
+    lower_queued: Option<u64>,
+    #[serde(default)]
     origin: Vec<AnswerLine>,
     #[serde(default)]
     invalidations: Vec<InvalidationLine>,
@@ -163,6 +173,14 @@ pub struct Request {
     pub bytes: u64,
     /// Where trove's disk writer was at the lookup (jobs done), with a disk tier.
     pub lower_jobs: Option<u64>,
+    /// How many it had begun (one more than `lower_jobs` while a job was under way).
+    pub lower_begun: Option<u64>,
+    /// How many regions it had reclaimed.
+    pub lower_reclaims: Option<u64>,
+    /// When the disk's copy had been opened or promoted (its freshness judged then).
+    pub lower_at: Option<SystemTime>,
+    /// How many jobs had been queued for it then, done or not.
+    pub lower_queued: Option<u64>,
     pub answers: Vec<Answer>,
     pub invalidations: Vec<Invalidation>,
 }
@@ -187,6 +205,9 @@ pub enum Event {
         at: SystemTime,
         url: String,
         ok: bool,
+        /// Jobs queued for trove's disk writer just before the end queued its own, and
+        /// just after.
+        lower_queued: Option<(u64, u64)>,
     },
 }
 
@@ -198,6 +219,8 @@ pub struct Sweep {
     pub retire_before: SystemTime,
     /// It covered the whole store: with a disk tier, it passed over the disk too.
     pub whole: bool,
+    /// Jobs queued for trove's disk writer when it began, and when it ended.
+    pub lower_queued: Option<(u64, u64)>,
 }
 
 impl Event {
@@ -209,6 +232,17 @@ impl Event {
             Event::Sweep(s) => s.at,
             Event::Filled { at, .. } => *at,
         }
+    }
+
+    /// For a body's end or a sweep that queued jobs for trove's disk writer: how many had
+    /// been queued before its first.
+    pub fn lower_queued(&self) -> Option<u64> {
+        let q = match self {
+            Event::Filled { lower_queued, .. } => *lower_queued,
+            Event::Sweep(s) => s.lower_queued,
+            Event::Request(_) | Event::Invalidation(..) => None,
+        };
+        q.filter(|(before, after)| after > before).map(|(b, _)| b)
     }
 }
 
@@ -228,11 +262,13 @@ pub fn parse(line: &[u8]) -> Option<Event> {
             at,
             url: l.url,
             ok: l.ok,
+            lower_queued: l.lower_queued.zip(l.lower_queued_after),
         }),
         "sweep" => Some(Event::Sweep(Sweep {
             at,
             retire_before: time(l.retire_before_us)?,
             whole: l.whole,
+            lower_queued: l.lower_queued.zip(l.lower_queued_after),
         })),
         "request" => {
             let method = Method::from_bytes(l.method.as_bytes()).ok()?;
@@ -265,6 +301,13 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                 aborted: l.aborted,
                 bytes: super::sane_size(l.bytes)?,
                 lower_jobs: l.lower_jobs,
+                lower_begun: l.lower_begun,
+                lower_reclaims: l.lower_reclaims,
+                lower_at: match l.lower_at_us {
+                    Some(us) => Some(time(us)?),
+                    None => None,
+                },
+                lower_queued: l.lower_queued,
                 answers,
                 invalidations,
             })))
@@ -364,6 +407,12 @@ pub struct ReplayableReader<R> {
     /// replay can take those that landed while its origin answer was on its way
     /// ([`ReplayableReader::take_invalidations`]).
     invalidations: BTreeMap<(SystemTime, u64), Invalidation>,
+    /// Bodies' ends and sweeps that gave trove's disk writer jobs, by how many it had been
+    /// given before theirs, then line: held until the first request trove looked up after
+    /// that takes them ([`ReplayableReader::take_queued_before`]), whatever their times
+    /// say (a record's time is read a moment before or after the queueing it stands
+    /// for), or the trace ends.
+    queued: BTreeMap<(u64, u64), Event>,
     /// The latest time the trace has reached (a record's completion).
     reached: SystemTime,
     ended: bool,
@@ -378,6 +427,7 @@ impl<R: BufRead> ReplayableReader<R> {
             skipped: Skipped::default(),
             pending: BinaryHeap::new(),
             invalidations: BTreeMap::new(),
+            queued: BTreeMap::new(),
             reached: UNIX_EPOCH,
             ended: false,
             current: None,
@@ -398,18 +448,29 @@ impl<R: BufRead> ReplayableReader<R> {
             };
             if let Some(((at, _), is_invalidation)) = first {
                 let settled = at.checked_add(REORDER).is_some_and(|t| t <= self.reached);
-                let held = self.pending.len() + self.invalidations.len();
+                let held = self.pending.len() + self.invalidations.len() + self.queued.len();
                 if self.ended || settled || held > MAX_PENDING {
-                    return if is_invalidation {
-                        self.invalidations
+                    // A held body's end or sweep goes before a record that cannot say
+                    // where the disk's queue was and that came after it.
+                    let next_says = !is_invalidation
+                        && self.pending.peek().is_some_and(|Reverse(p)| {
+                            matches!(&p.event, Event::Request(r) if r.lower_queued.is_some())
+                        });
+                    if !next_says {
+                        if let Some(e) = self.take_held_before(at) {
+                            return Some(e);
+                        }
+                    }
+                    if is_invalidation {
+                        return self
+                            .invalidations
                             .pop_first()
-                            .map(|((t, _), inv)| Event::Invalidation(t, inv))
-                    } else {
-                        self.pending.pop().map(|Reverse(p)| p.event)
-                    };
+                            .map(|((t, _), inv)| Event::Invalidation(t, inv));
+                    }
+                    return self.pending.pop().map(|Reverse(p)| p.event);
                 }
             } else if self.ended {
-                return None;
+                return self.queued.pop_first().map(|(_, e)| e);
             }
             if !self.lines.advance(&mut self.skipped) {
                 self.ended = true;
@@ -431,11 +492,13 @@ impl<R: BufRead> ReplayableReader<R> {
                         Event::Filled { at, .. } => *at,
                     };
                     self.reached = self.reached.max(done);
-                    self.pending.push(Reverse(Pending {
-                        at: event.at(),
-                        line: self.lines.line_no,
-                        event,
-                    }));
+                    let (at, line) = (event.at(), self.lines.line_no);
+                    match event.lower_queued() {
+                        Some(q) => {
+                            self.queued.insert((q, line), event);
+                        }
+                        None => self.pending.push(Reverse(Pending { at, line, event })),
+                    }
                 }
                 None => self.skipped.bad(self.lines.line_no, &self.lines.buf),
             }
@@ -455,6 +518,33 @@ impl<R: BufRead> ReplayableReader<R> {
             out.push((t, inv));
         }
         out
+    }
+
+    /// Takes the bodies' ends and sweeps held back that began with fewer than `queued`
+    /// jobs given to trove's disk writer, in that order: they queued theirs before a
+    /// request that found `queued` was looked up, so its replay must find them done,
+    /// whatever the times say (a record's time is read a moment before or after the
+    /// queueing it stands for).
+    pub fn take_queued_before(&mut self, queued: u64) -> Vec<Event> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.queued.first_entry() {
+            if entry.key().0 >= queued {
+                break;
+            }
+            out.push(entry.remove());
+        }
+        out
+    }
+
+    /// Takes the earliest held body's end or sweep (see `queued`) from before `at`.
+    fn take_held_before(&mut self, at: SystemTime) -> Option<Event> {
+        let key = self
+            .queued
+            .iter()
+            .filter(|(_, e)| e.at() < at)
+            .min_by_key(|((_, line), e)| (e.at(), *line))
+            .map(|(k, _)| *k)?;
+        self.queued.remove(&key)
     }
 
     pub fn skipped(&self) -> &Skipped {
