@@ -293,7 +293,8 @@ fn next_fragment(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option<
         .get(f.region as usize)
         .map(|x| x.load(Ordering::Acquire));
     if current != Some(f.seq) {
-        return Err(bad("a fragment's region was reused while being read"));
+        // Reclaimed while being read: the body is gone, which is no corruption.
+        return Err(trove_store::tier::reused());
     }
     let b = Bytes::from(shared.dir.read_vec(f.region, f.offset, f.len as usize)?);
     let r = Record::decode(&b, f.seq).map_err(|e| bad(&format!("fragment: {e}")))?;
@@ -328,7 +329,8 @@ pub fn next_chunk(shared: &Shared, s: &mut BodyStream) -> std::io::Result<Option
         return Ok(None);
     }
     if shared.seqs[s.loc.region() as usize].load(Ordering::Acquire) != s.seq {
-        return Err(bad("region reused while being read"));
+        // Reclaimed while being read: the body is gone, which is no corruption.
+        return Err(trove_store::tier::reused());
     }
     let n = s.remaining.min(CHUNK);
     let b = read(shared, s.loc, s.next, n)?;

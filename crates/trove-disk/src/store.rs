@@ -499,9 +499,12 @@ impl DiskStore {
     }
 
     /// Reads the next chunk of a streamed body; `Ok(None)` at its verified end. A checksum
-    /// mismatch at the end is an error, and the record is dropped.
+    /// mismatch at the end is an error, and the record is dropped; a region reclaimed
+    /// under the reader is an error too ([`trove_store::tier::is_reused`]), not counted
+    /// as corruption.
     pub fn stream(&self, s: &mut crate::reader::BodyStream) -> std::io::Result<Option<Bytes>> {
         match crate::reader::next_chunk(&self.shared, s) {
+            Err(e) if trove_store::tier::is_reused(&e) => Err(e),
             Err(e) => {
                 self.drop_corrupt(s.fingerprint, s.loc, &e);
                 Err(e)

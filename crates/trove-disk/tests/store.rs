@@ -382,6 +382,41 @@ fn a_large_body_streams_and_is_verified_at_the_end() {
     assert_eq!(d.stats().corrupt, 1);
 }
 
+/// A large body whose region is reclaimed while it streams fails (the stream says the
+/// place was reused) and is not counted as corruption: it is gone, not damaged.
+#[test]
+fn a_body_whose_region_is_reclaimed_while_it_streams_fails_without_counting_corruption() {
+    let dir = tempdir("large-reclaimed");
+    let d = open(DiskConfig {
+        region_size: 1 << 20,
+        reclaim: Reclaim::Fifo,
+        ..DiskConfig::new(&dir, 4 << 20)
+    });
+    d.write(&big(1, 600_000));
+    d.flush();
+    let mut l = d.load("http://example.com/1", 1000);
+    let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
+        panic!("streamed");
+    };
+    assert!(d.stream(&mut s).unwrap().is_some(), "a first chunk");
+    // Four regions of 1 MiB: enough other objects to reclaim the first.
+    for i in 10..60 {
+        d.write(&big(i, 100_000));
+        d.flush();
+    }
+    assert!(d.stats().regions_reclaimed > 0);
+    let err = loop {
+        match d.stream(&mut s) {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a body whose region was reclaimed ended cleanly"),
+            Err(e) => break e,
+        }
+    };
+    assert!(trove_disk::is_reused(&err), "{err}");
+    assert_eq!(d.stats().corrupt, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Memory over disk: memory victims are on disk, a memory miss is promoted back, and
 /// after a restart the disk serves what memory had.
 #[test]
