@@ -649,6 +649,38 @@ impl DiskStore {
 mod tests {
     use super::*;
 
+    /// A store of 4 MiB in regions of 256 KiB in a fresh directory of its own, ready.
+    fn small_store(name: &str) -> (PathBuf, DiskStore) {
+        let dir =
+            std::env::temp_dir().join(format!("trove-disk-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = DiskStore::open(DiskConfig {
+            region_size: 256 << 10,
+            ..DiskConfig::new(&dir, 4 << 20)
+        })
+        .unwrap();
+        assert!(d.wait_ready(Duration::from_secs(30)));
+        (dir, d)
+    }
+
+    /// A complete `200` of `len` bytes stored under `key`.
+    fn object(key: &str, len: usize) -> Object {
+        Object::new(
+            key.to_string(),
+            String::new(),
+            trove_store::ObjectHead {
+                status: http::StatusCode::OK,
+                headers: http::HeaderMap::new(),
+                request_headers: http::HeaderMap::new(),
+                request_time: std::time::SystemTime::UNIX_EPOCH,
+                response_time: std::time::SystemTime::UNIX_EPOCH,
+                prepared: Default::default(),
+                labels: Default::default(),
+            },
+            trove_store::Body::complete(Bytes::from(vec![7u8; len])),
+        )
+    }
+
     #[test]
     fn the_drain_rate_sets_the_queue_to_half_the_bound() {
         let r = DrainRate::default();
@@ -677,30 +709,8 @@ mod tests {
     /// counted; an empty queue takes anything.
     #[test]
     fn writes_past_what_the_bound_drains_are_shed_and_counted() {
-        let dir = std::env::temp_dir().join(format!("trove-disk-test-shed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = DiskStore::open(DiskConfig {
-            region_size: 256 << 10,
-            ..DiskConfig::new(&dir, 4 << 20)
-        })
-        .unwrap();
-        assert!(d.wait_ready(Duration::from_secs(30)));
-        let obj = |i: usize| {
-            Object::new(
-                format!("http://example.com/{i}"),
-                String::new(),
-                trove_store::ObjectHead {
-                    status: http::StatusCode::OK,
-                    headers: http::HeaderMap::new(),
-                    request_headers: http::HeaderMap::new(),
-                    request_time: std::time::SystemTime::UNIX_EPOCH,
-                    response_time: std::time::SystemTime::UNIX_EPOCH,
-                    prepared: Default::default(),
-                    labels: Default::default(),
-                },
-                trove_store::Body::complete(Bytes::from(vec![7u8; 1000])),
-            )
-        };
+        let (dir, d) = small_store("shed");
+        let obj = |i: usize| object(&format!("http://example.com/{i}"), 1000);
         let limit = d.queue_limit();
         assert_eq!(limit, DrainRate::INITIAL / 2);
         // As if the writer were behind by the whole limit.
@@ -726,30 +736,9 @@ mod tests {
     /// was reused is a miss, never counted corrupt.
     #[test]
     fn an_object_being_copied_forward_is_read_from_memory_and_a_reused_place_is_no_corruption() {
-        let dir =
-            std::env::temp_dir().join(format!("trove-disk-test-moving-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let d = DiskStore::open(DiskConfig {
-            region_size: 256 << 10,
-            ..DiskConfig::new(&dir, 4 << 20)
-        })
-        .unwrap();
-        assert!(d.wait_ready(Duration::from_secs(30)));
+        let (dir, d) = small_store("moving");
         let key = "http://example.com/hot";
-        let obj = Object::new(
-            key.to_string(),
-            String::new(),
-            trove_store::ObjectHead {
-                status: http::StatusCode::OK,
-                headers: http::HeaderMap::new(),
-                request_headers: http::HeaderMap::new(),
-                request_time: std::time::SystemTime::UNIX_EPOCH,
-                response_time: std::time::SystemTime::UNIX_EPOCH,
-                prepared: Default::default(),
-                labels: Default::default(),
-            },
-            trove_store::Body::complete(Bytes::from(vec![7u8; 3000])),
-        );
+        let obj = object(key, 3000);
         assert!(d.write(&obj));
         d.flush();
         assert_eq!(d.load(key, 1 << 20).len(), 1);
