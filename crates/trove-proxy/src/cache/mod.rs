@@ -263,8 +263,10 @@ async fn run<R: AsyncRead + Unpin>(
                 Event::Allowed
             }
             Command::Lookup => {
-                // Where the lower tier's writer is, for the replayable trace.
-                crate::trace::note_lower(|| store.lower_progress());
+                // Where the lower tier's writer is, for the replayable trace (when on).
+                if shared.trace.enabled() {
+                    crate::trace::note_lower(|| store.lower_progress());
+                }
                 match store.probe(cx.key()) {
                     // Not in memory, but a lower tier may hold it: the flow says what to
                     // open.
