@@ -479,6 +479,17 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
             "no disk hit replayed"
         );
         assert!(count(&trace, "TCP_HIT") > 0, "no disk hit");
+        // Where trove's writer was: with each lookup, and with each body's end.
+        for field in [
+            "\"lower_begun\":",
+            "\"lower_reclaims\":",
+            "\"lower_at_us\":",
+        ] {
+            assert!(trace.contains(field), "no {field} in the trace");
+        }
+        assert!(trace
+            .lines()
+            .any(|l| l.contains("\"kind\":\"filled\"") && l.contains("\"lower_queued_after\":")));
         return;
     }
     assert_eq!(r.differing, 0, "{:?}", r.examples);

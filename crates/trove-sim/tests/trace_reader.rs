@@ -126,6 +126,70 @@ fn records_are_replayed_in_the_order_the_cache_looked_them_up() {
     assert_eq!(report.results[0].differing, 0);
 }
 
+/// With a disk tier, a body's end that gave trove's disk writer jobs is replayed before
+/// the first request looked up after its first job was queued, and after every request
+/// looked up before, whatever its time says (a time is read a moment before or after the
+/// queueing it stands for); one that queued nothing keeps its time.
+#[test]
+fn bodies_ends_are_placed_by_the_disk_jobs_they_queued_not_by_their_times() {
+    let request = |name: &str, at: u64, queued: u64| {
+        format!(
+            "{{\"v\":1,\"kind\":\"request\",\"at_us\":{},\"done_us\":{},\"method\":\"GET\",\
+             \"url\":\"http://a.example/{name}\",\"status\":200,\"result\":\"TCP_MEM_HIT\",\
+             \"lower_jobs\":{queued},\"lower_queued\":{queued}}}",
+            T0 + at,
+            T0 + at + 10
+        )
+    };
+    let filled = |name: &str, at: u64, before: u64, after: u64| {
+        format!(
+            "{{\"v\":1,\"kind\":\"filled\",\"at_us\":{},\"url\":\"http://a.example/{name}\",\
+             \"ok\":true,\"lower_queued\":{before},\"lower_queued_after\":{after}}}",
+            T0 + at
+        )
+    };
+    let lines = [
+        request("a", 0, 5),
+        // Timed after `b`, but its job was queued before `b` was looked up (`b` saw 6).
+        filled("f1", 300, 5, 6),
+        request("b", 200, 6),
+        // Timed before `b`, but its job was queued after `b` was looked up.
+        filled("f2", 150, 6, 7),
+        // Queued nothing: its time places it (before `b`), and it moves no held one.
+        filled("f3", 160, 7, 7),
+        request("c", 500, 7),
+    ];
+    let text = lines.join("\n") + "\n";
+    let mut reader = replayable::ReplayableReader::new(text.as_bytes());
+    let name = |e: &Event| match e {
+        Event::Request(r) => r.url.clone(),
+        Event::Filled { url, .. } => format!("filled {url}"),
+        other => format!("{other:?}"),
+    };
+    // As the replay takes them (`trove_sim::exact::run`).
+    let mut order = Vec::new();
+    while let Some(e) = reader.next_event() {
+        if let Event::Request(r) = &e {
+            if let Some(q) = r.lower_queued {
+                order.extend(reader.take_queued_before(q).iter().map(name));
+            }
+        }
+        order.push(name(&e));
+    }
+    assert_eq!(reader.skipped().bad_lines, 0);
+    assert_eq!(
+        order,
+        [
+            "http://a.example/a",
+            "filled http://a.example/f3",
+            "filled http://a.example/f1",
+            "http://a.example/b",
+            "filled http://a.example/f2",
+            "http://a.example/c",
+        ]
+    );
+}
+
 #[test]
 fn bad_lines_are_counted_and_skipped() {
     let dir = Dir::new("trace-bad");

@@ -450,13 +450,16 @@ impl<R: BufRead> ReplayableReader<R> {
                 let settled = at.checked_add(REORDER).is_some_and(|t| t <= self.reached);
                 let held = self.pending.len() + self.invalidations.len() + self.queued.len();
                 if self.ended || settled || held > MAX_PENDING {
-                    // A held body's end or sweep goes before a record that cannot say
-                    // where the disk's queue was and that came after it.
-                    let next_says = !is_invalidation
-                        && self.pending.peek().is_some_and(|Reverse(p)| {
-                            matches!(&p.event, Event::Request(r) if r.lower_queued.is_some())
+                    // A held body's end or sweep goes before a later record that may
+                    // queue disk jobs without saying where the queue was (an invalidation,
+                    // a `PURGE`), by time, as nothing better places them. Before a request
+                    // that says, the queue decides (`take_queued_before`); a body's end or
+                    // sweep that queued nothing says nothing about the held ones.
+                    let releases = is_invalidation
+                        || self.pending.peek().is_some_and(|Reverse(p)| {
+                            matches!(&p.event, Event::Request(r) if r.lower_queued.is_none())
                         });
-                    if !next_says {
+                    if releases {
                         if let Some(e) = self.take_held_before(at) {
                             return Some(e);
                         }
