@@ -88,13 +88,20 @@ tokio::task_local! {
     static CAPTURE: Option<Slot>;
 }
 
-/// Runs `f` (the cache's handling of one request) with `capture` as the place the request
-/// path notes what the trace needs; with `None` (no trace), `f` runs as it is, and notes
-/// go nowhere.
-pub async fn scope<F: std::future::Future>(capture: Option<Slot>, f: F) -> F::Output {
+/// Runs the future `make` builds (the cache's handling of one request) with `capture` as
+/// the place the request path notes what the trace needs; with `None` (no trace), the
+/// future runs as it is, and notes go nowhere.
+///
+/// The future is built inside, in whichever arm runs: taken as a value, it would be held
+/// beside the scoped one that runs it, twice its size (several KiB) in every request's
+/// boxed future, and copied with it.
+pub async fn scope<F: std::future::Future>(
+    capture: Option<Slot>,
+    make: impl FnOnce() -> F,
+) -> F::Output {
     match capture {
-        Some(c) => CAPTURE.scope(Some(c), f).await,
-        None => f.await,
+        Some(c) => CAPTURE.scope(Some(c), make()).await,
+        None => make().await,
     }
 }
 

@@ -174,12 +174,12 @@ pub async fn handle<R: AsyncRead + Unpin>(
         },
         interim,
     };
-    let flow = Flow::new(
+    let mut flow = Flow::new(
         Request::new(&req.method, &req.headers),
         target.key(),
         body_state,
     );
-    run(&mut cx, flow, Some(body)).await
+    run(&mut cx, &mut flow, Some(body)).await
 }
 
 /// Labels a response about to be stored ([`origin_labels`]).
@@ -196,9 +196,14 @@ impl Labeler for OriginLabels<'_> {
 
 /// Carries out `flow`'s commands until it ends, and returns the reply. `body` is the
 /// client's request body, sent up with a pass.
+///
+/// Every request's future holds this one's state, and a connection moves it into a box
+/// per request, so it is kept small: the flow is borrowed (an argument taken by value is
+/// held twice), the origin's answer is boxed, and the sends to the origin (several KiB of
+/// future each, and only a miss waits on one) are boxed where they are awaited.
 async fn run<R: AsyncRead + Unpin>(
     cx: &mut Ctx<'_>,
-    mut flow: Flow<'_>,
+    flow: &mut Flow<'_>,
     mut body: Option<&mut RequestBody<'_, R>>,
 ) -> Reply {
     let shared = cx.shared;
@@ -218,7 +223,7 @@ async fn run<R: AsyncRead + Unpin>(
     let mut now = fetch::now();
     let mut variants = Variants::take();
     // The origin's answer in hand, who gave it, and the last failure to reach it.
-    let mut held: Option<OriginResponse> = None;
+    let mut held: Option<Box<OriginResponse>> = None;
     let mut peer: Option<String> = None;
     let mut failure: Option<Failed> = None;
     let mut leader: Option<Leader> = None;
@@ -323,20 +328,20 @@ async fn run<R: AsyncRead + Unpin>(
             },
             Command::Send(s) => {
                 let sent = match (s.with_body, body.as_deref_mut()) {
-                    (true, Some(b)) => match upload::send(cx, b).await {
+                    (true, Some(b)) => match Box::pin(upload::send(cx, b)).await {
                         Ok((sent, left)) => {
                             unfinished = left;
                             sent
                         }
                         Err(reply) => return reply,
                     },
-                    _ => cx.send(s.conditionals, s.extra.as_ref()).await,
+                    _ => Box::pin(cx.send(s.conditionals, s.extra.as_ref())).await,
                 };
                 now = fetch::now();
                 match sent {
                     Ok(resp) => {
                         peer = Some(resp.upstream.authority());
-                        let resp = held.insert(resp);
+                        let resp = held.insert(Box::new(resp));
                         Event::Answer(Answer {
                             status: resp.status,
                             headers: &resp.headers,
@@ -371,7 +376,7 @@ async fn run<R: AsyncRead + Unpin>(
                 // Combining needs the whole part: read it in as it is stored.
                 let mut arriving = part.body.reader(0);
                 if let Some(resp) = held.take() {
-                    fetch::spawn_fill(shared, resp, Arc::clone(&part));
+                    fetch::spawn_fill(shared, *resp, Arc::clone(&part));
                 }
                 let mut whole = true;
                 while let Some(piece) = arriving.next().await {
@@ -401,13 +406,13 @@ async fn run<R: AsyncRead + Unpin>(
             }
             Command::Discard => {
                 if let Some(resp) = held.take() {
-                    tokio::spawn(fetch::discard(resp));
+                    tokio::spawn(fetch::discard(*resp));
                 }
                 Event::Done
             }
             Command::Fill(obj) => {
                 if let Some(resp) = held.take() {
-                    fetch::spawn_fill(shared, resp, obj);
+                    fetch::spawn_fill(shared, *resp, obj);
                 }
                 Event::Done
             }
@@ -445,7 +450,7 @@ async fn run<R: AsyncRead + Unpin>(
                 }
                 if s.fill {
                     if let Some(resp) = held.take() {
-                        fetch::spawn_fill(shared, resp, Arc::clone(&obj));
+                        fetch::spawn_fill(shared, *resp, Arc::clone(&obj));
                     }
                 }
                 if let (true, Some(l)) = (s.publish, leader.take()) {
@@ -458,7 +463,7 @@ async fn run<R: AsyncRead + Unpin>(
             }
             Command::Forward(f) => {
                 let reply = match held.take() {
-                    Some(resp) => pass_through(cx, resp, f.headers, f.outcome, f.status),
+                    Some(resp) => pass_through(cx, *resp, f.headers, f.outcome, f.status),
                     None => Reply::simple(StatusCode::BAD_GATEWAY, f.outcome, "no answer"),
                 };
                 return closing(reply, unfinished);
@@ -535,8 +540,8 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
             reach,
             interim: None,
         };
-        let flow = Flow::background(Request::new(&req.method, &req.headers), target.key(), obj);
-        run::<tokio::io::Empty>(&mut cx, flow, None).await;
+        let mut flow = Flow::background(Request::new(&req.method, &req.headers), target.key(), obj);
+        run::<tokio::io::Empty>(&mut cx, &mut flow, None).await;
     });
 }
 

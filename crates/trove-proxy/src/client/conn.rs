@@ -251,17 +251,9 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
                 capture = shared.trace.capture();
                 // The state machine's future is built straight into its box and only the box
                 // is moved: moving the future itself (several KiB) cost a memmove per request.
-                let handled = Box::pin(crate::trace::scope(
-                    capture.clone(),
-                    crate::cache::handle(
-                        &shared,
-                        &head,
-                        &target,
-                        info,
-                        &mut body,
-                        interim.as_ref(),
-                    ),
-                ));
+                let handled = Box::pin(crate::trace::scope(capture.clone(), || {
+                    crate::cache::handle(&shared, &head, &target, info, &mut body, interim.as_ref())
+                }));
                 let reply = match &interim {
                     Some(interim) => Box::pin(forward_interim(handled, interim, &mut w)).await,
                     None => handled.await,
