@@ -508,4 +508,49 @@ mod tests {
             std::mem::size_of_val(&f)
         );
     }
+
+    /// Every request's future is built and moved into a box, a copy of its whole size per
+    /// request (a cached hit once copied 15 KiB so): the state machine's rare, large awaits
+    /// (the sends to the origin) are boxed, and the trace's scope holds the future once. The
+    /// bound is loose (compilers differ); it catches either coming back.
+    #[tokio::test]
+    async fn request_future_stays_small() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        let s = tokio::net::TcpStream::connect(a).await.unwrap();
+        let settings = crate::settings::Settings {
+            log: crate::settings::LogSettings {
+                access: String::new(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let shared = std::sync::Arc::new(crate::state::Shared::new(settings, &[a]).unwrap());
+        let info = super::ConnInfo {
+            peer: a,
+            mode: crate::settings::Mode::Forward,
+            allowed: true,
+            tls: false,
+        };
+        let mut raw = bytes::BytesMut::from(
+            &b"GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n"[..],
+        );
+        let head = super::head::parse(&mut raw, super::HeadLimits::default())
+            .unwrap()
+            .unwrap();
+        let target = crate::cache::target::resolve(&shared, &head, info.mode).unwrap();
+        let (rd, _wr) = super::ClientStream::Plain(s).split();
+        let mut rs = super::ReadSide::new(rd);
+        let limits = super::BodyLimits {
+            idle: std::time::Duration::from_secs(1),
+            deadline: std::time::Duration::from_secs(1),
+            min_rate: 1,
+        };
+        let mut body = super::RequestBody::new(&mut rs, head.framing, limits);
+        let f = crate::trace::scope(None, || {
+            crate::cache::handle(&shared, &head, &target, info, &mut body, None)
+        });
+        let size = std::mem::size_of_val(&f);
+        assert!(size <= 3072, "{size} bytes");
+    }
 }
