@@ -425,7 +425,8 @@ mod tests {
         assert!(matches!(e, OpenError::Locked(_)), "{e}");
         assert!(e.to_string().contains("in use by another trove"), "{e}");
         drop(first);
-        Dir::open(&[d], 4 << 20, 1 << 20).unwrap();
+        drop(Dir::open(std::slice::from_ref(&d), 4 << 20, 1 << 20).unwrap());
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -449,6 +450,8 @@ mod tests {
         let data = std::fs::read(d.join("regions.dat")).unwrap();
         assert_eq!(data.len() as u64, 4 << 20);
         assert!(data.iter().all(|&b| b == 0));
+        drop(dir);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     pub(crate) fn tempdir(name: &str) -> PathBuf {

@@ -12,6 +12,8 @@
 //! `cargo test` tries a bounded number of states; `TROVE_CRASH_STATES=20000 cargo test -p
 //! trove-disk --test crash -- --nocapture` tries more (the count is printed).
 
+mod common;
+use common::Scratch;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,10 +26,8 @@ use trove_disk::{DiskConfig, DiskStore, LoadedBody, Tiered};
 use trove_store::invalidation::{Mode, Rule, Selector};
 use trove_store::{Body, EvictionKind, MemoryStore, Object, ObjectHead, Storage, Verdict};
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trove-disk-crash-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new("crash", name)
 }
 
 fn config(dir: &Path) -> DiskConfig {
@@ -330,6 +330,4 @@ fn power_loss_at_any_point_keeps_the_promises() {
         tried += 1;
     }
     eprintln!("{tried} crash states tried: 0 wrong bytes, 0 acknowledged purges undone, 0 acknowledged objects lost");
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&at);
 }

@@ -2,6 +2,8 @@
 //! probe answers "on the lower tier, open it", the handle promotes the key or hands its body
 //! back as a file region, and per-object tier state is on the object.
 
+mod common;
+use common::Scratch;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -13,10 +15,8 @@ use trove_store::{
     Body, EvictionKind, FileOpen, Mark, MemoryStore, Object, ObjectHead, Probe, Storage,
 };
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trove-disk-if-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new("if", name)
 }
 
 fn head() -> ObjectHead {

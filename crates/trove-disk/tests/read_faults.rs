@@ -4,6 +4,8 @@
 //! the origin, instead of failing at the same offset on every request until a restart.
 //! (A binary of its own: the read-fault switch is process-wide.)
 
+mod common;
+use common::Scratch;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -29,8 +31,7 @@ fn config(dir: &std::path::Path) -> DiskConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue_19_a_large_object_the_disk_cannot_read_leaves_the_lookups() {
-    let dir = std::env::temp_dir().join(format!("trove-disk-readfault-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = Scratch::new("readfault", "large");
     {
         let d = DiskStore::open(config(&dir)).unwrap();
         assert!(d.wait_ready(Duration::from_secs(30)));
@@ -89,5 +90,4 @@ async fn issue_19_a_large_object_the_disk_cannot_read_leaves_the_lookups() {
     );
     assert!(tiered.disk().stats().io_errors >= 1, "counted");
     drop(tiered);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,7 @@
 //! The disk tier as a library: write, stop (cleanly or not), reopen, read back verified.
 
+mod common;
+use common::Scratch;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,10 +14,8 @@ use trove_store::{
     Body, EvictionKind, Labels, MemoryStore, Object, ObjectHead, Removal, Storage, Verdict,
 };
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("trove-disk-it-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new("it", name)
 }
 
 fn config(dir: &PathBuf, budget: u64) -> DiskConfig {
@@ -414,7 +414,6 @@ fn a_body_whose_region_is_reclaimed_while_it_streams_fails_without_counting_corr
     };
     assert!(trove_disk::is_reused(&err), "{err}");
     assert_eq!(d.stats().corrupt, 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Memory over disk: memory victims are on disk, a memory miss is promoted back, and
@@ -551,7 +550,6 @@ fn rules_and_labels_survive_a_restart() {
     assert!(alive_after_promotion(&t, 3), "stored after the rule");
     let next = inv.add(Selector::Tag(tag_hash("x")), Mode::Hard, SystemTime::now());
     assert!(next > seq, "{next} after {seq}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With a disk tier, a sweep passes over the disk too: what a rule kills there leaves the
@@ -587,7 +585,6 @@ fn a_disk_pass_removes_the_dead_and_lets_rules_retire() {
     for i in 0..20 {
         assert_eq!(alive_after_promotion(&t, i), i % 2 == 1, "object {i}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A body of `n` bytes for the zero-copy tests.
@@ -639,7 +636,6 @@ fn a_body_opened_for_sendfile_is_verified_first_and_refused_when_corrupt() {
     );
     assert_eq!(d.stats().corrupt, 1);
     assert!(d.open_body("http://example.com/1", 0).is_some());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -662,7 +658,6 @@ fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
     assert!(!found.body.intact(), "its region was reclaimed");
     assert!(found.body.read(0, 100).is_err());
     assert!(d.open_body("http://example.com/1", 0).is_none());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Polls `cond` until it holds, for at most 10 s.
@@ -715,5 +710,4 @@ fn a_pinned_region_is_not_punched_until_its_pin_is_dropped() {
     d.flush();
     assert!(read_file() != want, "punched and rewritten once unpinned");
     assert!(d.open_body("http://example.com/1", 0).is_none());
-    let _ = std::fs::remove_dir_all(&dir);
 }
