@@ -6,7 +6,8 @@
 //!
 //! A line is `name | request | stored | age | script`:
 //! - request: `METHOD; field: value; …`, or `BG GET; …` for a background revalidation of
-//!   the stored response;
+//!   the stored response, or `UG METHOD; …` for a flow without guards (`Flow::unguarded`,
+//!   the simulator's);
 //! - stored: `-`, or the origin's answer to an earlier GET (`status; field: value; …`),
 //!   prefixed with that GET's own fields and `>` when it needs some (a Vary, a Range);
 //! - age: how many seconds before the request it was stored;
@@ -141,6 +142,8 @@ fn fill(store: &MemoryStore, obj: &Object, len: u64) {
 
 fn describe(c: &Command) -> String {
     match c {
+        // A hit's touch rides on its serve; the table names it as the step it is.
+        Command::Serve(s) if s.touch => format!("touch serve:{}", s.outcome.as_str()),
         Command::Serve(s) => format!("serve:{}", s.outcome.as_str()),
         Command::Forward(f) => format!("forward:{}", f.outcome.as_str()),
         Command::Respond(r) => format!("respond:{}", r.status.as_u16()),
@@ -166,6 +169,10 @@ fn run(
         Some(m) => (true, m),
         None => (false, parts[0].trim()),
     };
+    let (unguarded, method) = match method.strip_prefix("UG ") {
+        Some(m) => (true, m),
+        None => (false, method),
+    };
     let method = Method::from_bytes(method.as_bytes()).unwrap();
     let req_fields = fields(&parts[1..]);
     let req = Request::new(&method, &req_fields);
@@ -180,6 +187,8 @@ fn run(
             .pop()
             .expect("a stored response to revalidate");
         Flow::background(req, KEY, obj)
+    } else if unguarded {
+        Flow::new(req, KEY, body).unguarded()
     } else {
         Flow::new(req, KEY, body)
     };
@@ -307,7 +316,6 @@ fn run(
                 break;
             }
             match &cmd {
-                Command::Touch(o) => store.touch(o),
                 Command::Remove(o, why) => {
                     store.remove_object(o, *why);
                 }
@@ -324,6 +332,7 @@ fn run(
             Command::Insert(obj, _) => pending_insert = Some(obj),
             Command::Update(obj, head) => pending_update = Some((obj, head)),
             Command::FillAndWait(part) => pending_part = Some(part),
+            Command::Serve(s) if s.touch => store.touch(&s.obj),
             Command::Serve(s) if s.fill => fill(&store, &s.obj, answer_len),
             _ => {}
         }

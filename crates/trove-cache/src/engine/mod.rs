@@ -83,7 +83,7 @@ impl Engine {
     ) -> Served {
         let req = Request::new(method, headers);
         let mut revalidate = None;
-        let mut flow = Flow::new(req, key, BodyState::Empty);
+        let mut flow = Flow::new(req, key, BodyState::Empty).unguarded();
         let served = self.run(&mut flow, now, origin, &mut revalidate);
         // stale-while-revalidate: the stale response was served; refresh it now.
         if let Some(obj) = revalidate {
@@ -129,10 +129,7 @@ impl Engine {
         loop {
             let ev = match command {
                 // The store-only effects, carried out as for every driver.
-                c @ (Command::Touch(_)
-                | Command::Remove(..)
-                | Command::Invalidate(_)
-                | Command::Freshen(..)) => {
+                c @ (Command::Remove(..) | Command::Invalidate(_) | Command::Freshen(..)) => {
                     let _ = c.on_store(store);
                     Event::Done
                 }
@@ -222,6 +219,9 @@ impl Engine {
                     Event::Done
                 }
                 Command::Serve(s) => {
+                    if s.touch {
+                        store.touch(&s.obj);
+                    }
                     if s.fill {
                         let obj = Arc::clone(&s.obj);
                         origin.store_body(store, obj, body(held.take(), real));

@@ -147,12 +147,17 @@ pub struct Serve {
     pub publish: bool,
     /// A hit at lookup, served from this tier (counted per tier).
     pub tier: Option<Tier>,
+    /// A stored copy served as a hit: the driver feeds the eviction policy
+    /// ([`Storage::touch`]) before it serves. Carried on the serve rather than as a command
+    /// of its own: a hit is the commonest flow, and a round trip fewer.
+    pub touch: bool,
     /// The body is the file the driver opened ([`Command::OpenFile`]), not the object's.
     pub file: bool,
 }
 
 impl Serve {
-    /// A stored copy served as it is, found at lookup in `tier` (if known).
+    /// A stored copy served as it is, found at lookup in `tier` (if known): a hit, which
+    /// feeds the eviction policy (`touch`).
     pub fn stored(
         obj: Arc<Object>,
         outcome: Outcome,
@@ -170,6 +175,7 @@ impl Serve {
             publish: false,
             tier,
             file: false,
+            touch: true,
         }
     }
 }
@@ -227,8 +233,6 @@ pub enum Command {
     Purge(Purge),
 
     // Effects: the driver carries them out and answers [`Event::Done`].
-    /// A hit feeds the eviction policy.
-    Touch(Arc<Object>),
     /// Remove this object.
     Remove(Arc<Object>, Removal),
     /// Remove every variant stored under these keys (an unsafe method's invalidations).
@@ -277,8 +281,7 @@ impl Command {
     pub fn is_effect(&self) -> bool {
         matches!(
             self,
-            Command::Touch(_)
-                | Command::Remove(..)
+            Command::Remove(..)
                 | Command::Invalidate(_)
                 | Command::Freshen(..)
                 | Command::Remember
@@ -289,11 +292,11 @@ impl Command {
         )
     }
 
-    /// Carries out an effect that changes only the store (touch, remove, invalidate,
-    /// freshen), the same for every driver; any other command is handed back.
+    /// Carries out an effect that changes only the store (remove, invalidate, freshen), the
+    /// same for every driver; any other command is handed back. (A hit's touch rides on its
+    /// [`Serve`].)
     pub fn on_store(self, store: &dyn Storage) -> Result<(), Command> {
         match self {
-            Command::Touch(obj) => store.touch(&obj),
             Command::Remove(obj, why) => {
                 store.remove_object(&obj, why);
             }
@@ -328,7 +331,6 @@ impl Command {
             Command::FillAndWait(_) => "fill-and-wait",
             Command::Combine => "combine",
             Command::Purge(_) => "purge",
-            Command::Touch(_) => "touch",
             Command::Remove(..) => "remove",
             Command::Invalidate(_) => "invalidate",
             Command::Freshen(..) => "freshen",

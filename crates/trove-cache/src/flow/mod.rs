@@ -17,7 +17,7 @@
 //! }
 //! ```
 //!
-//! Effects (touch, remove, remember, discard, fill, background revalidation…) are queued
+//! Effects (remove, remember, discard, fill, background revalidation…) are queued
 //! before the question that follows them, so a driver answers each with [`Event::Done`] and
 //! the machine never waits on them. The machine reads the store only through [`Env`]
 //! (its size limit, its invalidation log, a key's variants in memory); every change to the
@@ -68,6 +68,8 @@ pub struct Flow<'r> {
     key: &'r str,
     state: State,
     /// Commands emitted and not yet handed out: effects, then one question or end.
+    /// Whether the front end's guards are asked ([`Flow::unguarded`]).
+    guarded: bool,
     queue: SmallVec<[Command; 3]>,
     steps: Steps,
     /// The invalidation sequence number when the last request to the origin was sent.
@@ -164,11 +166,20 @@ impl<'r> Flow<'r> {
         Flow::at(req, key, State::BackgroundValidating(obj))
     }
 
+    /// For a driver with no front end to guard (the simulator, whose every request was
+    /// let through when it was logged): the guards are taken as passed, not asked, a round
+    /// trip fewer per request. A proxy never calls it.
+    pub fn unguarded(mut self) -> Flow<'r> {
+        self.guarded = false;
+        self
+    }
+
     fn at(req: Request<'r>, key: &'r str, state: State) -> Flow<'r> {
         Flow {
             req,
             key,
             state,
+            guarded: true,
             queue: SmallVec::new(),
             steps: Steps::new(),
             born: 0,
@@ -255,14 +266,18 @@ impl<'r> Flow<'r> {
     /// The next command, given the event that answers the last one.
     pub fn next(&mut self, env: &Env<'_>, ev: Event<'_>) -> Command {
         // A plain hit's transitions, taken without the general match (whose every
-        // transition is inlined into one large function) and, but for the serve that
-        // follows a touch, without the queue: the same commands, in the same order, as
-        // [`Flow::on`] emits for them.
+        // transition is inlined into one large function) and without the queue: the same
+        // commands, in the same order, as [`Flow::on`] emits for them.
         if self.queue.is_empty() {
             match (&self.state, &ev) {
-                (State::Start(Entry::Lookup), Event::Start) => {
+                (State::Start(Entry::Lookup), Event::Start) if self.guarded => {
                     self.state = State::Guarding(Entry::Lookup);
                     return Command::Guard(Guard::Origin);
+                }
+                (State::Start(Entry::Lookup), Event::Start) => {
+                    self.steps.push(Step::Lookup);
+                    self.state = State::Looking;
+                    return Command::Lookup;
                 }
                 (State::Guarding(Entry::Lookup), Event::Allowed) => {
                     self.steps.push(Step::Lookup);
@@ -270,8 +285,8 @@ impl<'r> Flow<'r> {
                     return Command::Lookup;
                 }
                 (State::Looking, Event::Found(variants, tier)) => {
-                    if let Some(touch) = self.plain_hit(env, variants, *tier) {
-                        return touch;
+                    if let Some(serve) = self.plain_hit(env, variants, *tier) {
+                        return serve;
                     }
                 }
                 _ => {}
@@ -301,7 +316,7 @@ impl<'r> Flow<'r> {
     }
 
     /// A lookup answered with one variant fresh by its age alone, for a plain request, and
-    /// no cookie policy to consult: the touch, with the serve queued after it. What
+    /// no cookie policy to consult: the serve (which touches). What
     /// [`Flow::found`], [`Flow::judged`] and [`Flow::decide`] come to for such a lookup
     /// (a [`Lookup::Found`] with [`trove_http::Reuse::Fresh`], an [`Action::Serve`] of a
     /// memory hit), without building either; `None` for anything else, which they decide.
@@ -327,9 +342,13 @@ impl<'r> Flow<'r> {
         };
         let (outcome, status) = by_tier(tier, Outcome::MemHit, CacheStatus::HIT);
         self.state = State::Over;
-        let touch = Command::Touch(Arc::clone(obj));
-        self.end_serve(Serve::stored(Arc::clone(obj), outcome, status, Some(tier)));
-        Some(touch)
+        self.steps.push(Step::Deliver);
+        Some(Command::Serve(Serve::stored(
+            Arc::clone(obj),
+            outcome,
+            status,
+            Some(tier),
+        )))
     }
 
     fn emit(&mut self, c: Command) {
@@ -342,6 +361,7 @@ impl<'r> Flow<'r> {
     fn on(&mut self, env: &Env<'_>, ev: Event<'_>) {
         let state = std::mem::replace(&mut self.state, State::Over);
         match (state, ev) {
+            (State::Start(entry), Event::Start) if !self.guarded => self.start(env, entry),
             (State::Start(entry), Event::Start) => self.guard(entry),
             (State::Guarding(entry), Event::Allowed) => self.start(env, entry),
             (State::BackgroundValidating(obj), Event::Start) => {
@@ -450,6 +470,7 @@ impl<'r> Flow<'r> {
                     publish: false,
                     tier: None,
                     file: false,
+                    touch: false,
                 });
             }
             (State::Inserting(i), Event::Inserted(Ok(obj))) => {
@@ -472,6 +493,7 @@ impl<'r> Flow<'r> {
                     publish: i.leader,
                     tier: None,
                     file: false,
+                    touch: false,
                 });
             }
             (State::Inserting(i), Event::Inserted(Err(why))) => {
@@ -656,8 +678,11 @@ impl<'r> Flow<'r> {
             } => {
                 self.steps.push(Step::Hit);
                 let (outcome, status) = by_tier(Tier::Disk, Outcome::MemHit, status);
+                // Opened where it lies: the lower tier keeps its own order, memory's is
+                // not fed.
                 self.end_serve(Serve {
                     file: true,
+                    touch: false,
                     ..Serve::stored(obj, outcome, status, Some(Tier::Disk))
                 });
             }
@@ -897,7 +922,6 @@ impl<'r> Flow<'r> {
         status: CacheStatus,
         tier: Option<Tier>,
     ) {
-        self.emit(Command::Touch(Arc::clone(&obj)));
         self.end_serve(Serve::stored(obj, outcome, status, tier));
     }
 

@@ -392,10 +392,7 @@ async fn run<R: AsyncRead + Unpin>(
                 Event::Purged(done)
             }
             // Carried out by `Command::on_store` above.
-            Command::Touch(_)
-            | Command::Remove(..)
-            | Command::Invalidate(_)
-            | Command::Freshen(..) => Event::Done,
+            Command::Remove(..) | Command::Invalidate(_) | Command::Freshen(..) => Event::Done,
             Command::Remember => {
                 shared.memo.lock().remember(cx.key(), now);
                 Event::Done
@@ -421,6 +418,9 @@ async fn run<R: AsyncRead + Unpin>(
                 Event::Done
             }
             Command::Serve(s) => {
+                if s.touch {
+                    store.touch(&s.obj);
+                }
                 if let Some(tier) = s.tier {
                     shared.metrics.count_tier_hit(tier);
                 }
