@@ -77,6 +77,8 @@ pub struct Capture {
     pub lower_now: Option<SystemTime>,
     /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
     pub lower: Option<trove_store::LowerProgress>,
+    /// Where it was at each read of the lower tier's copy that followed ([`note_lower_read`]).
+    pub lower_reads: Vec<trove_store::LowerProgress>,
     pub origin: Vec<OriginRecord>,
     pub invalidations: Vec<InvalidationRecord>,
 }
@@ -126,6 +128,15 @@ pub fn note_lower(progress: impl FnOnce() -> Option<trove_store::LowerProgress>)
             c.lower = progress();
         }
     });
+}
+
+/// Notes where the lower tier's writer was just before the request read the lower tier's
+/// copy (opened it, or promoted it): later than the lookup, on the blocking pool, so the
+/// writer may have moved meanwhile, and what the read finds depends on where it was then.
+pub fn note_lower_read(progress: Option<trove_store::LowerProgress>) {
+    if let Some(p) = progress {
+        with(|c| c.lower_reads.push(p));
+    }
 }
 
 /// Notes the clock read once a lower tier's copy was opened or promoted (the first time):
@@ -252,6 +263,10 @@ pub struct RequestRecord<'a> {
     /// How many jobs had been queued for it then, done or not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_queued: Option<u64>,
+    /// Where it was at each read of the disk's copy that followed the lookup (an open,
+    /// a promotion), in order: `[jobs done, regions reclaimed]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lower_reads: Vec<[u64; 2]>,
     /// The origin's answers, in the order they came (none for a hit).
     pub origin: Vec<OriginRecord>,
     /// Invalidations the request made (a `PURGE`).
@@ -450,6 +465,11 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
         lower_reclaims: capture.lower.map(|l| l.reclaims),
         lower_at_us: capture.lower_now.map(micros),
         lower_queued: capture.lower.map(|l| l.queued),
+        lower_reads: capture
+            .lower_reads
+            .iter()
+            .map(|l| [l.done, l.reclaims])
+            .collect(),
         origin: capture.origin,
         invalidations: capture.invalidations,
     }

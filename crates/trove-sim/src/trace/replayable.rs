@@ -76,6 +76,8 @@ struct Line {
     #[serde(default)]
     lower_queued: Option<u64>,
     #[serde(default)]
+    lower_reads: Vec<(u64, u64)>,
+    #[serde(default)]
     origin: Vec<AnswerLine>,
     #[serde(default)]
     invalidations: Vec<InvalidationLine>,
@@ -181,6 +183,9 @@ pub struct Request {
     pub lower_at: Option<SystemTime>,
     /// How many jobs had been queued for it then, done or not.
     pub lower_queued: Option<u64>,
+    /// Where trove's disk writer was (jobs done, regions reclaimed) at each read of the
+    /// disk's copy after the lookup (an open, a promotion), in order.
+    pub lower_reads: Vec<(u64, u64)>,
     pub answers: Vec<Answer>,
     pub invalidations: Vec<Invalidation>,
 }
@@ -308,6 +313,7 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                     None => None,
                 },
                 lower_queued: l.lower_queued,
+                lower_reads: l.lower_reads,
                 answers,
                 invalidations,
             })))
