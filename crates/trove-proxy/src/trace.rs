@@ -147,16 +147,22 @@ pub fn note_lower_now(now: SystemTime) {
     });
 }
 
-/// Notes the origin's answer to a request sent for the request being handled.
-pub fn note_origin(result: Result<&OriginResponse, OriginFailure>) {
+/// Notes the origin's answer to a request sent for the request being handled, and the
+/// last invalidation rule made by then (`rules`, asked only when tracing).
+pub fn note_origin(
+    result: Result<&OriginResponse, OriginFailure>,
+    rules: impl FnOnce() -> Option<u64>,
+) {
     with(|c| {
-        c.origin.push(match result {
+        let mut record = match result {
             Ok(resp) => OriginRecord::of(resp),
             Err(f) => OriginRecord {
                 failed: Some(failure_name(f)),
                 ..OriginRecord::default()
             },
-        })
+        };
+        record.rules_seq = rules();
+        c.origin.push(record)
     });
 }
 
@@ -182,6 +188,11 @@ pub struct OriginRecord {
     /// Why there was no answer (`timeout`, `connection-refused` …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<&'static str>,
+    /// The sequence number of the last invalidation rule made when the answer was handed
+    /// to the cache's flow, which judges what it brings against the rules then: a rule
+    /// made after its head arrived may still be one it saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules_seq: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }
@@ -203,6 +214,7 @@ impl OriginRecord {
             length: resp.content_length(),
             failed: None,
             truncated,
+            rules_seq: None,
         }
     }
 }

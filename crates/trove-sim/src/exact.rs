@@ -463,7 +463,10 @@ pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<Ex
         // What landed while its origin's answers were on their way.
         let racing = match &e {
             Event::Request(r) => match r.answers.iter().map(|a| a.received).max() {
-                Some(until) => reader.take_invalidations(until),
+                Some(until) => {
+                    let seq = r.answers.iter().filter_map(|a| a.rules_seq).max();
+                    reader.take_racing(until, seq)
+                }
                 None => Vec::new(),
             },
             _ => Vec::new(),
@@ -507,10 +510,16 @@ struct Recorded<'a> {
 }
 
 impl Recorded<'_> {
-    /// Applies the racing invalidations made at `until` or before.
-    fn apply_until(&mut self, until: SystemTime) {
+    /// Applies the racing invalidations trove had made when it judged an answer: those up
+    /// to `seq` when the trace says (made before it handed the answer to its flow), else
+    /// those made at `until` (its head's arrival) or before.
+    fn apply_until(&mut self, until: SystemTime, seq: Option<u64>) {
         while let Some((at, inv)) = self.racing.get(self.applied) {
-            if *at > until {
+            let seen = match seq {
+                Some(s) => inv.seq <= s,
+                None => *at <= until,
+            };
+            if !seen {
                 break;
             }
             apply(self.store, inv, *at);
@@ -552,7 +561,7 @@ impl Origin for Recorded<'_> {
         // What trove applied before this answer's head arrived, the replay applies before
         // handing it over (the request was sent before them: they judge what it brings).
         if let Some(a) = recorded {
-            self.apply_until(a.received);
+            self.apply_until(a.received, a.rules_seq);
         }
         let a = match (recorded, self.request.answers.last(), self.latest) {
             (Some(a), _, _) => a,

@@ -484,6 +484,8 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
             "\"lower_begun\":",
             "\"lower_reclaims\":",
             "\"lower_at_us\":",
+            "\"lower_reads\":",
+            "\"rules_seq\":",
         ] {
             assert!(trace.contains(field), "no {field} in the trace");
         }

@@ -111,6 +111,8 @@ struct AnswerLine {
     fields: Vec<(String, String)>,
     length: Option<u64>,
     failed: Option<String>,
+    #[serde(default)]
+    rules_seq: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +155,8 @@ pub struct Answer {
     pub length: Option<u64>,
     pub sent: SystemTime,
     pub received: SystemTime,
+    /// The last invalidation rule trove had made when it judged the answer.
+    pub rules_seq: Option<u64>,
 }
 
 /// One request as trove handled it.
@@ -354,6 +358,7 @@ fn answer(a: AnswerLine) -> Option<Answer> {
         length,
         sent: time(a.sent_us)?,
         received: time(a.received_us)?,
+        rules_seq: a.rules_seq,
     })
 }
 
@@ -518,15 +523,25 @@ impl<R: BufRead> ReplayableReader<R> {
     /// before, in order: those that landed while the request just handed out (which trove
     /// looked up before them) was waiting for its origin's answer.
     pub fn take_invalidations(&mut self, until: SystemTime) -> Vec<(SystemTime, Invalidation)> {
-        let mut out = Vec::new();
-        while let Some(entry) = self.invalidations.first_entry() {
-            if entry.key().0 > until {
-                break;
-            }
-            let ((t, _), inv) = entry.remove_entry();
-            out.push((t, inv));
-        }
-        out
+        self.take_racing(until, None)
+    }
+
+    /// As [`ReplayableReader::take_invalidations`], and also those of sequence numbers up
+    /// to `seq` made later (trove judged the answer after them: see `Answer::rules_seq`).
+    pub fn take_racing(
+        &mut self,
+        until: SystemTime,
+        seq: Option<u64>,
+    ) -> Vec<(SystemTime, Invalidation)> {
+        let keys: Vec<(SystemTime, u64)> = self
+            .invalidations
+            .iter()
+            .filter(|((t, _), inv)| *t <= until || seq.is_some_and(|s| inv.seq <= s))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.invalidations.remove(&k).map(|inv| (k.0, inv)))
+            .collect()
     }
 
     /// Takes the bodies' ends and sweeps held back that began with fewer than `queued`
