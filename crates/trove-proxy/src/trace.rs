@@ -73,8 +73,10 @@ const SECRET: &[&str] = &[
 pub struct Capture {
     /// The first reading of the request path's clock: the lookup's `now`.
     pub looked_up: Option<SystemTime>,
-    /// The clock once a lower tier's copy was opened or promoted ([`note_lower_now`]).
+    /// The clock once a lower tier's copy was opened or promoted ([`note_lower_now`]):
+    /// the first time, and every time.
     pub lower_now: Option<SystemTime>,
+    pub lower_nows: Vec<SystemTime>,
     /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
     pub lower: Option<trove_store::LowerProgress>,
     /// Where it was at each read of the lower tier's copy that followed ([`note_lower_read`]).
@@ -144,6 +146,7 @@ pub fn note_lower_read(progress: Option<trove_store::LowerProgress>) {
 pub fn note_lower_now(now: SystemTime) {
     with(|c| {
         c.lower_now.get_or_insert(now);
+        c.lower_nows.push(now);
     });
 }
 
@@ -272,6 +275,11 @@ pub struct RequestRecord<'a> {
     /// When a lower tier's copy had been opened or promoted (its freshness judged then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_at_us: Option<u64>,
+    /// Each time the clock was read after an open or a promotion of the disk's copy, in
+    /// order (an open that found no file, then the promotion, read it twice): the
+    /// copy's freshness is judged at the last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lower_ats_us: Vec<u64>,
     /// How many jobs had been queued for it then, done or not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_queued: Option<u64>,
@@ -476,6 +484,7 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
         lower_begun: capture.lower.map(|l| l.begun),
         lower_reclaims: capture.lower.map(|l| l.reclaims),
         lower_at_us: capture.lower_now.map(micros),
+        lower_ats_us: capture.lower_nows.iter().map(|t| micros(*t)).collect(),
         lower_queued: capture.lower.map(|l| l.queued),
         lower_reads: capture
             .lower_reads

@@ -336,6 +336,7 @@ impl Exact {
                     request: r,
                     disk: disk.as_ref(),
                     reads: 0,
+                    afters: 0,
                     next: 0,
                     latest: self.latest.get(&r.url),
                     asked: 0,
@@ -490,8 +491,9 @@ struct Recorded<'a> {
     request: &'a Request,
     /// The disk tier, to put its writer where trove's was at each read of it.
     disk: Option<&'a DiskTier>,
-    /// Reads of the disk so far.
+    /// Reads of the disk so far, and clocks read after them.
     reads: usize,
+    afters: usize,
     next: usize,
     latest: Option<&'a Answer>,
     asked: u64,
@@ -539,9 +541,12 @@ impl Origin for Recorded<'_> {
         }
     }
 
-    /// Trove judged a disk copy's freshness once it had read it.
+    /// Trove judged a disk copy's freshness once it had read it: at the clock it read
+    /// after this open or promotion (the first one's, in an older trace).
     fn after_lower(&mut self) -> Option<SystemTime> {
-        self.request.lower_at
+        let at = self.request.lower_ats.get(self.afters).copied();
+        self.afters += 1;
+        at.or(self.request.lower_at)
     }
 
     /// Trove's writer may have gone on between the lookup and the read.

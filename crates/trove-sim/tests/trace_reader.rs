@@ -287,3 +287,28 @@ fn a_rule_the_answer_was_judged_after_races_the_request() {
     assert_eq!(seqs, [7], "made after the head, seen by the judgment");
     assert!(matches!(reader.next_event(), Some(Event::Invalidation(_, i)) if i.seq == 8));
 }
+
+/// Each clock trove read after opening or promoting the disk's copy reads back, in order
+/// (the copy's freshness is judged at the last, not the first), with where its disk
+/// writer was at each read.
+#[test]
+fn the_clocks_and_writer_places_of_each_disk_read_read_back() {
+    let line = format!(
+        "{{\"v\":1,\"kind\":\"request\",\"at_us\":{},\"done_us\":{},\"method\":\"GET\",\
+         \"url\":\"http://a.example/a\",\"status\":200,\"result\":\"TCP_HIT\",\
+         \"lower_jobs\":4,\"lower_reclaims\":1,\"lower_at_us\":{},\
+         \"lower_ats_us\":[{},{}],\"lower_reads\":[[4,1],[6,2]]}}",
+        T0 + 1_000,
+        T0 + 2_000,
+        T0 + 1_100,
+        T0 + 1_100,
+        T0 + 1_900
+    );
+    let Some(Event::Request(r)) = replayable::parse(line.as_bytes()) else {
+        panic!("{line}");
+    };
+    let t = |us: u64| UNIX_EPOCH + Duration::from_micros(T0 + us);
+    assert_eq!(r.lower_at, Some(t(1_100)));
+    assert_eq!(r.lower_ats, [t(1_100), t(1_900)]);
+    assert_eq!(r.lower_reads, [(4, 1), (6, 2)]);
+}

@@ -70,6 +70,8 @@ struct Line {
     #[serde(default)]
     lower_at_us: Option<u64>,
     #[serde(default)]
+    lower_ats_us: Vec<u64>,
+    #[serde(default)]
     lower_reclaims: Option<u64>,
     #[serde(default)]
     lower_queued_after: Option<u64>,
@@ -185,6 +187,8 @@ pub struct Request {
     pub lower_reclaims: Option<u64>,
     /// When the disk's copy had been opened or promoted (its freshness judged then).
     pub lower_at: Option<SystemTime>,
+    /// Each time trove read its clock after an open or promotion of the disk's copy.
+    pub lower_ats: Vec<SystemTime>,
     /// How many jobs had been queued for it then, done or not.
     pub lower_queued: Option<u64>,
     /// Where trove's disk writer was (jobs done, regions reclaimed) at each read of the
@@ -312,6 +316,11 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                 lower_jobs: l.lower_jobs,
                 lower_begun: l.lower_begun,
                 lower_reclaims: l.lower_reclaims,
+                lower_ats: l
+                    .lower_ats_us
+                    .iter()
+                    .map(|us| time(*us))
+                    .collect::<Option<Vec<_>>>()?,
                 lower_at: match l.lower_at_us {
                     Some(us) => Some(time(us)?),
                     None => None,
