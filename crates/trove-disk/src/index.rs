@@ -305,6 +305,49 @@ impl Index {
     }
 
     /// Removes `fp` only if it still points at `loc` (a reclaimed region's records).
+    /// Clears the accessed bit if `fp` is at `loc`: a record chosen to be copied forward,
+    /// so only the hits after the choice count for its copy.
+    pub fn clear_accessed_if_at(&self, fp: u64, loc: Loc) {
+        let mut t = self.shard(fp).lock();
+        if let Some(i) = t.find(tag_of(fp)) {
+            let cur = t.loc(i);
+            if cur.same_place(loc) {
+                t.set_loc(i, Loc(cur.0 & !1));
+            }
+        }
+    }
+
+    /// Points `fp` at `to` if it is at `from`, its accessed bit kept (a copy moved forward
+    /// by a reclaim, hit while it moved); false if it is not at `from` (removed, or
+    /// written anew, meanwhile).
+    pub fn move_if_at(&self, fp: u64, from: Loc, to: Loc) -> bool {
+        let mut t = self.shard(fp).lock();
+        match t.find(tag_of(fp)) {
+            Some(i) if t.loc(i).same_place(from) => {
+                let accessed = t.loc(i).0 & 1;
+                t.set_loc(i, Loc((to.0 & !1) | accessed));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes `fp` if it is at `loc` and not accessed; true if it is there, accessed, and
+    /// left in place (a reclaim's last look: a hit just now keeps it).
+    pub fn remove_unless_accessed(&self, fp: u64, loc: Loc) -> bool {
+        let mut t = self.shard(fp).lock();
+        match t.find(tag_of(fp)) {
+            Some(i) if t.loc(i).same_place(loc) => {
+                if t.loc(i).accessed() {
+                    return true;
+                }
+                t.remove_at(i);
+                false
+            }
+            _ => false,
+        }
+    }
+
     pub fn remove_if_at(&self, fp: u64, loc: Loc) -> bool {
         let mut t = self.shard(fp).lock();
         match t.find(tag_of(fp)) {
@@ -427,6 +470,57 @@ mod tests {
             (idx.get(5), idx.get(6), idx.get(far)),
             (Some(a), Some(b), Some(a))
         );
+    }
+
+    /// A copy moved forward by a reclaim keeps the hits made while it moved (those before
+    /// the reclaim chose it are not its), and never replaces a newer write nor brings back
+    /// a removed object.
+    #[test]
+    fn a_moved_copy_keeps_its_hits_and_gives_way_to_a_newer_write() {
+        let idx = Index::default();
+        let (old, new, newer) = (
+            Loc::new(1, 64, 10),
+            Loc::new(2, 64, 10),
+            Loc::new(3, 64, 10),
+        );
+        idx.insert(5, old);
+        idx.mark_accessed(5);
+        idx.clear_accessed_if_at(5, old);
+        assert!(
+            !idx.get(5).unwrap().accessed(),
+            "chosen: its earlier hits spent"
+        );
+        idx.mark_accessed(5);
+        assert!(idx.move_if_at(5, old, new));
+        let at = idx.get(5).unwrap();
+        assert!(at.same_place(new) && at.accessed(), "hit while it moved");
+        assert!(idx.move_if_at(5, new, old));
+        assert!(!idx.get(5).unwrap().accessed() || idx.get(5).unwrap().same_place(old));
+        // Written anew meanwhile: the copy gives way.
+        idx.insert(5, newer);
+        assert!(!idx.move_if_at(5, old, new));
+        assert!(idx.get(5).unwrap().same_place(newer));
+        // Removed meanwhile: not brought back.
+        idx.remove(5);
+        assert!(!idx.move_if_at(5, newer, new));
+        assert!(idx.get(5).is_none());
+    }
+
+    /// A reclaim's last look: an entry hit since it was passed over stays, one not hit
+    /// goes, one elsewhere is left alone.
+    #[test]
+    fn removal_unless_accessed_keeps_a_hit_entry() {
+        let idx = Index::default();
+        let (a, b) = (Loc::new(1, 64, 10), Loc::new(2, 64, 10));
+        idx.insert(5, a);
+        idx.insert(6, a);
+        idx.mark_accessed(6);
+        assert!(!idx.remove_unless_accessed(5, a));
+        assert!(idx.get(5).is_none(), "not hit: gone");
+        assert!(idx.remove_unless_accessed(6, a));
+        assert!(idx.get(6).is_some(), "hit: kept");
+        assert!(!idx.remove_unless_accessed(6, b));
+        assert!(idx.get(6).is_some(), "elsewhere: left alone");
     }
 
     #[test]

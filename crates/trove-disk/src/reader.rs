@@ -97,8 +97,14 @@ pub(crate) fn checked_floor(shared: &Shared) -> u64 {
 }
 
 /// Reads the object at `loc`; `Ok(None)` if it is another key's (a tag collision) or the
-/// region was reused meanwhile: then, if a reclaim is copying it forward, it is read from
-/// the copy in memory (`Shared::moving`).
+/// region was reused meanwhile.
+///
+/// A reclaim copying the object forward reuses its region under the read: retired (a
+/// stale generation), punched (zeros), or already holding the new region's records (the
+/// copies among them) until the copies are published. All that while the object is in
+/// `Shared::moving`, and is read from there; once they are published, it is read from its
+/// new place. So a hot object is found all the while it moves, and is never taken for
+/// corrupt for it.
 pub fn load(
     shared: &Shared,
     fp: u64,
@@ -106,17 +112,23 @@ pub fn load(
     key: &str,
     whole_limit: u64,
 ) -> Result<Option<Loaded>, ReadError> {
-    match load_at(shared, fp, loc, key, whole_limit) {
-        Err(ReadError::Format(FormatError::StaleGeneration)) => {
-            let Some(r) = shared.moving.lock().get(&fp).cloned() else {
-                return Ok(None);
-            };
-            if r.key != key {
-                return Ok(None);
-            }
-            loaded_whole(shared, r).map(Some)
+    let first = load_at(shared, fp, loc, key, whole_limit);
+    if matches!(first, Ok(Some(_))) {
+        return first;
+    }
+    if let Some(r) = shared.moving.lock().get(&fp).cloned() {
+        if r.key != key {
+            return Ok(None);
         }
-        other => other,
+        return loaded_whole(shared, r).map(Some);
+    }
+    match shared.index.get(fp) {
+        // Published at its new place since `loc` was read.
+        Some(now) if !now.same_place(loc) => load_at(shared, fp, now, key, whole_limit),
+        _ => match first {
+            Err(ReadError::Format(FormatError::StaleGeneration)) => Ok(None),
+            other => other,
+        },
     }
 }
 

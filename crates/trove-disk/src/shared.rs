@@ -315,12 +315,13 @@ pub(crate) struct Shared {
     /// "Pins"): the writer retires a region's `seq`, then waits for its count to drain
     /// before it punches and rewrites the region.
     pub pins: Vec<std::sync::atomic::AtomicU32>,
-    /// Jobs queued and jobs the writer has carried out (flushes aside): a replay reads the
-    /// second to know where trove's writer was ([`crate::DiskStore::progress`]).
+    /// Jobs queued and jobs the writer has carried out (flushes aside), counted done as
+    /// their records are published: a replay reads the second to know where trove's
+    /// writer was ([`crate::DiskStore::progress`]).
     pub jobs_pushed: AtomicU64,
     pub jobs_done: AtomicU64,
-    /// Jobs it has begun: one past `jobs_done` while a job is under way (a region's
-    /// reclaim, which empties index entries, comes early in the job that needs the room).
+    /// Jobs it has begun: past `jobs_done` while jobs are written but not published yet.
+    /// A region a job needs is reclaimed before the job begins (`Writer::make_room`).
     pub jobs_begun: AtomicU64,
     /// Regions reclaimed so far, counted the moment their objects left the index (before
     /// a pinned region's punch, which `DiskStats::regions_reclaimed` waits for).
@@ -336,8 +337,13 @@ pub(crate) struct Gate {
     pub allowed: AtomicU64,
     /// Jobs it has taken.
     pub taken: AtomicU64,
-    /// Signalled when jobs are done.
+    /// Signalled when jobs are done, and when a request to reclaim ahead is answered.
     pub done: (Mutex<()>, Condvar),
+    /// Requests to reclaim ahead of the next job ([`crate::DiskStore::roll_ahead`]): how
+    /// many were made and answered, and the regions reclaimed in all the last one wants.
+    pub roll_asked: AtomicU64,
+    pub roll_answered: AtomicU64,
+    pub roll_to: AtomicU64,
 }
 
 impl Shared {

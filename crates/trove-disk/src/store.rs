@@ -330,7 +330,11 @@ impl DiskStore {
     /// trove's was (its writer runs beside the requests: what it has written or reclaimed
     /// when a request looks up depends on timing). Call before the store is used.
     pub fn hold_writer(&self) {
+        // Under the queue's lock, and waking it: a writer already waiting for work in the
+        // unheld way must not take the first jobs queued all at once.
+        let _q = self.shared.queue.lock();
         let _ = self.shared.gate.set(Gate::default());
+        self.shared.wake.notify_all();
     }
 
     /// With the writer held: lets it carry out the jobs queued up to the `n`th in all (of
@@ -353,6 +357,30 @@ impl DiskStore {
             if self.shared.jobs_done.load(Ordering::Acquire) >= target || self.has_failed() {
                 return;
             }
+            g.done.1.wait_for(&mut lock, Duration::from_millis(50));
+        }
+    }
+
+    /// With the writer held: if it has reclaimed fewer than `reclaims` regions in all, lets
+    /// it reclaim the one the next queued job needs (if it needs one), as it does before
+    /// beginning that job, without beginning it; waits until it has. For a replay whose
+    /// trace says trove's writer had reclaimed the region for a job it had not begun yet.
+    pub fn roll_ahead(&self, reclaims: u64) {
+        let Some(g) = self.shared.gate.get() else {
+            return;
+        };
+        if self.shared.regions_retired.load(Ordering::Acquire) >= reclaims {
+            return;
+        }
+        let ticket = {
+            let _q = self.shared.queue.lock();
+            g.roll_to.store(reclaims, Ordering::Release);
+            let ticket = g.roll_asked.fetch_add(1, Ordering::AcqRel) + 1;
+            self.shared.wake.notify_one();
+            ticket
+        };
+        let mut lock = g.done.0.lock();
+        while g.roll_answered.load(Ordering::Acquire) < ticket && !self.has_failed() {
             g.done.1.wait_for(&mut lock, Duration::from_millis(50));
         }
     }
@@ -488,6 +516,10 @@ impl DiskStore {
     }
 
     pub(crate) fn drop_corrupt(&self, fp: u64, loc: Loc, why: &dyn std::fmt::Display) {
+        // Being copied forward by a reclaim: its old place is being reused, not corrupt.
+        if self.shared.moving.lock().contains_key(&fp) {
+            return;
+        }
         if self.shared.index.remove_if_at(fp, loc) {
             self.shared.stats.corrupt.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
@@ -766,6 +798,114 @@ mod tests {
         assert!(d.load(key, 1 << 20).is_empty());
         assert_eq!(d.stats().corrupt, 0, "a reused place is not corruption");
         d.shared.seqs[r].store(seq, Ordering::SeqCst);
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// While a reclaim copies a hot object forward, its old place may already read as
+    /// zeros (a punched region) or as the new region's records: it is read from its copy
+    /// in memory all the same, is not taken for corrupt, and, once the copy is published,
+    /// is read from its new place by a reader that still holds the old one.
+    #[test]
+    fn an_object_whose_old_place_is_overwritten_while_it_moves_is_found_and_not_corrupt() {
+        let (dir, d) = small_store("overwritten");
+        let key = "http://example.com/hot";
+        assert!(d.write(&object(key, 3000)));
+        d.flush();
+        let fp = fingerprint(key, "");
+        let loc = d.shared.index.get(fp).unwrap();
+        let seq = d.shared.seqs[loc.region() as usize].load(Ordering::Acquire);
+        let b = d
+            .shared
+            .dir
+            .read_vec(loc.region(), loc.offset(), loc.len_hint() as usize)
+            .unwrap();
+        let record = crate::format::Record::decode(&Bytes::from(b), seq).unwrap();
+        d.shared.moving.lock().insert(fp, record);
+        let zeros = vec![0u8; loc.len_hint() as usize];
+        d.shared
+            .dir
+            .write_at(loc.region(), loc.offset(), &zeros)
+            .unwrap();
+        assert_eq!(
+            d.load(key, 1 << 20).len(),
+            1,
+            "read from the copy in memory"
+        );
+        assert_eq!(
+            d.stats().corrupt,
+            0,
+            "a place being reused is not corruption"
+        );
+        assert!(d.shared.index.get(fp).is_some(), "still indexed");
+        // The copy published (here: the object written anew), `moving` emptied: a
+        // reader holding the old place finds the new one.
+        assert!(d.write(&object(key, 3000)));
+        d.flush();
+        d.shared.moving.lock().clear();
+        let found = crate::reader::load(&d.shared, fp, loc, key, 1 << 20).unwrap();
+        assert!(found.is_some(), "read from its new place");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The writer reclaims the region a job needs before it begins the job, a step of its
+    /// own: a held writer can be stopped after the jobs before it and that reclaim, with
+    /// the job itself neither begun nor visible, and goes on from there.
+    #[test]
+    fn a_held_writer_reclaims_for_the_next_job_before_beginning_it() {
+        let objects: Vec<Object> = (0..40)
+            .map(|i| object(&format!("http://example.com/{i}"), 100_000))
+            .collect();
+        // Where the first reclaim comes: found by releasing one job at a time.
+        let (dir, d) = small_store("roll-find");
+        d.hold_writer();
+        for o in &objects {
+            assert!(d.write(o));
+        }
+        let mut first = None;
+        for n in 1..=objects.len() as u64 {
+            d.release(n);
+            if d.progress().reclaims > 0 {
+                first = Some(n);
+                break;
+            }
+        }
+        let needs = first.expect("40 objects of 100 kB reclaim a region of 4 MiB");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let (dir, d) = small_store("roll-ahead");
+        d.hold_writer();
+        for o in &objects {
+            assert!(d.write(o));
+        }
+        d.release(needs - 1);
+        assert_eq!(d.progress().reclaims, 0);
+        // By the index, not by a load: a hit would make it hot, and copied forward.
+        let before = |i: usize| {
+            d.shared
+                .index
+                .get(fingerprint(&objects[i].key, ""))
+                .is_some()
+        };
+        assert!(
+            before(0),
+            "the oldest region's first object, before the reclaim"
+        );
+        d.roll_ahead(1);
+        let p = d.progress();
+        assert_eq!((p.done, p.begun, p.reclaims), (needs - 1, needs - 1, 1));
+        assert!(!before(0), "reclaimed");
+        let next = needs as usize - 1;
+        assert!(!before(next), "the job it was reclaimed for: not begun");
+        // Asked again, or for no more than it has: nothing moves.
+        d.roll_ahead(1);
+        assert_eq!(d.progress(), p);
+        d.release(needs);
+        let p = d.progress();
+        assert_eq!((p.done, p.reclaims), (needs, 1), "no second reclaim for it");
+        assert!(before(next));
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -21,6 +21,14 @@
 //! - it is `fdatasync`ed within `sync_interval` of that write (the thread wakes for it):
 //!   a power loss loses at most the last two `sync_interval`s.
 //!
+//! **Steps a lookup can see.** A job's record becomes visible when its batch is published
+//! (`flush`); a region a job needs is reclaimed before the job begins, with the records
+//! before it published and the hot records it keeps copied forward and published, as one
+//! step of its own (`Writer::make_room`). So what a lookup finds is the disk after `n`
+//! jobs, or after `n` jobs and the next one's reclaim, which `DiskStore::progress` says
+//! and a replay's held writer can be stopped at (`DiskStore::release`,
+//! `DiskStore::roll_ahead`). Only a large object's fragments reclaim as they go.
+//!
 //! Reclamation is FIFO over regions (the oldest use goes first, whole: no fragmentation, no
 //! compaction), optionally with reinsertion (CacheLib Navy's answer to FIFO's weakness):
 //! objects read since they were written are copied into the open region, up to half a
@@ -75,6 +83,8 @@ enum Publish {
         epoch: u64,
         /// When it was acknowledged (`None` for a reinserted copy).
         queued_at: Option<Instant>,
+        /// A reinserted copy's old place: it moves there only if still indexed at it.
+        from: Option<Loc>,
     },
     Remove(LateRemoval, u64),
 }
@@ -101,8 +111,10 @@ struct Writer<'a> {
     next_seq: u64,
     /// When the first write since the last sync was made (`None`: nothing to sync).
     unsynced_since: Option<Instant>,
-    /// Hot records of a reclaimed region, to be written again.
-    reinsert: Vec<Record>,
+    /// Hot records of a reclaimed region, to be written again, each with where it was.
+    reinsert: Vec<(Record, Loc)>,
+    /// Jobs handled since the last flush: counted done when it publishes them.
+    unpublished: u64,
     /// The removal epoch when they were chosen: a removal after that wins over the copy.
     reinsert_epoch: u64,
 }
@@ -151,9 +163,23 @@ pub(crate) fn run(shared: &Arc<Shared>) {
         unsynced_since: None,
         reinsert: Vec::new(),
         reinsert_epoch: 0,
+        unpublished: 0,
     };
     loop {
-        let (jobs, stop) = take(shared, w.unsynced_since);
+        let Taken { jobs, stop, roll } = take(shared, w.unsynced_since);
+        if let Some(ask) = roll {
+            let rolled = w.roll_ahead(&ask);
+            if let Some(g) = shared.gate.get() {
+                g.roll_answered.fetch_max(ask.ticket, Ordering::AcqRel);
+                let _l = g.done.0.lock();
+                g.done.1.notify_all();
+            }
+            if let Err(e) = rolled {
+                shared.fail("writing", &e);
+                w.end_recovery();
+                return idle(shared);
+            }
+        }
         let busy = Instant::now();
         let bytes: u64 = jobs
             .iter()
@@ -165,13 +191,19 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             .sum();
         let mut flushes = Vec::new();
         let done = jobs.iter().filter(|j| !matches!(j, Job::Flush(_))).count() as u64;
+        // Counted as their records are published (`flush`); a failed batch, all of it.
+        let done_after = shared.jobs_done.load(Ordering::Acquire) + done;
         let result = (|| {
             for job in jobs {
                 match job {
                     Job::Flush(done) => flushes.push(done),
                     job => {
+                        // A region reclaimed for this job is reclaimed before it begins,
+                        // a step of its own (see `Writer::make_room`).
+                        w.make_room(&job)?;
                         shared.jobs_begun.fetch_add(1, Ordering::AcqRel);
-                        w.handle(job)?
+                        w.handle(job)?;
+                        w.unpublished += 1;
                     }
                 }
                 if w.active.as_ref().is_some_and(|a| a.buf.len() >= BATCH) {
@@ -191,7 +223,8 @@ pub(crate) fn run(shared: &Arc<Shared>) {
             Ok::<(), std::io::Error>(())
         })();
         shared.drain.sample(bytes, busy.elapsed());
-        shared.jobs_done.fetch_add(done, Ordering::AcqRel);
+        w.unpublished = 0;
+        shared.jobs_done.fetch_max(done_after, Ordering::AcqRel);
         if let Some(g) = shared.gate.get() {
             let _l = g.done.0.lock();
             g.done.1.notify_all();
@@ -233,7 +266,12 @@ fn note_delay(shared: &Shared, delay: Duration) {
 fn idle(shared: &Shared) {
     shared.state.store(FAILED, Ordering::Release);
     loop {
-        let (jobs, stop) = take(shared, None);
+        let Taken { jobs, stop, roll } = take(shared, None);
+        if let (Some(ask), Some(g)) = (roll, shared.gate.get()) {
+            g.roll_answered.fetch_max(ask.ticket, Ordering::AcqRel);
+            let _l = g.done.0.lock();
+            g.done.1.notify_all();
+        }
         for job in jobs {
             match job {
                 Job::Flush(done) => {
@@ -262,9 +300,26 @@ fn idle(shared: &Shared) {
     }
 }
 
+/// What [`take`] hands the writer.
+struct Taken {
+    jobs: Vec<Job>,
+    stop: bool,
+    /// A held writer asked to reclaim ahead of the next job ([`crate::DiskStore::roll_ahead`]).
+    roll: Option<RollAsk>,
+}
+
+/// A held writer's request to reclaim for the next queued job before it is released.
+struct RollAsk {
+    ticket: u64,
+    /// Regions reclaimed in all that are wanted.
+    to: u64,
+    /// The next job's first record, if it is one whose room `make_room` makes.
+    len: Option<u64>,
+}
+
 /// Waits for work, or until a sync is due (`sync_interval` after the first write it
 /// covers), or a sync interval when nothing waits; returns it and whether to stop.
-fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
+fn take(shared: &Shared, unsynced_since: Option<Instant>) -> Taken {
     let interval = shared.config.sync_interval;
     let wait = unsynced_since.map_or(interval, |t| interval.saturating_sub(t.elapsed()));
     let mut q = shared.queue.lock();
@@ -272,9 +327,22 @@ fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
     let Some(gate) = shared.gate.get().filter(|_| !stop) else {
         if q.is_empty() && !stop && !wait.is_zero() {
             shared.wake.wait_for(&mut q, wait);
+            // Held while it waited (set under this lock, with a wake-up): it takes only
+            // what it is released, from the first job on.
+            if shared.gate.get().is_some() {
+                return Taken {
+                    jobs: Vec::new(),
+                    stop: shared.stop.load(Ordering::Acquire),
+                    roll: None,
+                };
+            }
         }
         let jobs: Vec<Job> = q.drain(..).collect();
-        return (jobs, shared.stop.load(Ordering::Acquire));
+        return Taken {
+            jobs,
+            stop: shared.stop.load(Ordering::Acquire),
+            roll: None,
+        };
     };
     // Held: the jobs released so far, flushes with them.
     let room = |g: &crate::shared::Gate| {
@@ -282,9 +350,14 @@ fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
             .load(Ordering::Acquire)
             .saturating_sub(g.taken.load(Ordering::Acquire))
     };
+    let asked = |g: &crate::shared::Gate| {
+        let ticket = g.roll_asked.load(Ordering::Acquire);
+        (ticket > g.roll_answered.load(Ordering::Acquire)).then_some(ticket)
+    };
     let ready = |q: &std::collections::VecDeque<Job>| {
-        q.front()
-            .is_some_and(|j| matches!(j, Job::Flush(_)) || room(gate) > 0)
+        asked(gate).is_some()
+            || q.front()
+                .is_some_and(|j| matches!(j, Job::Flush(_)) || room(gate) > 0)
     };
     if !ready(&q) && !wait.is_zero() {
         shared.wake.wait_for(&mut q, wait);
@@ -301,7 +374,64 @@ fn take(shared: &Shared, unsynced_since: Option<Instant>) -> (Vec<Job>, bool) {
         }
         jobs.extend(q.pop_front());
     }
-    (jobs, shared.stop.load(Ordering::Acquire))
+    let roll = asked(gate).map(|ticket| RollAsk {
+        ticket,
+        to: gate.roll_to.load(Ordering::Acquire),
+        len: q
+            .front()
+            .and_then(|j| first_record_len(j, shared.dir.region_size())),
+    });
+    Taken {
+        jobs,
+        stop: shared.stop.load(Ordering::Acquire),
+        roll,
+    }
+}
+
+/// The length of the first record `job` writes, for the jobs whose room
+/// [`Writer::make_room`] makes before they begin (an object of one record, a tombstone);
+/// `None` for the others (a large object's fragments, a spool's), which roll as they go.
+fn first_record_len(job: &Job, region_size: u64) -> Option<u64> {
+    let len = match job {
+        Job::Object {
+            key,
+            variant,
+            labels,
+            meta,
+            body,
+            ..
+        } => NewRecord {
+            kind: Kind::Object,
+            flags: crate::shared::flags_for(variant),
+            key,
+            variant,
+            fingerprint: 0,
+            key_hash: 0,
+            labels,
+            meta,
+            body,
+        }
+        .record_len(),
+        Job::Tombstone { all, .. } => NewRecord {
+            kind: Kind::Tombstone,
+            flags: crate::shared::tombstone_flags(*all),
+            key: "",
+            variant: "",
+            fingerprint: 0,
+            key_hash: 0,
+            labels: &[],
+            meta: &[],
+            body: &[],
+        }
+        .record_len(),
+        _ => return None,
+    };
+    (len <= max_record(region_size)).then_some(len)
+}
+
+/// The largest record a region of `region_size` takes.
+fn max_record(region_size: u64) -> u64 {
+    region_size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN
 }
 
 impl Writer<'_> {
@@ -441,7 +571,7 @@ impl Writer<'_> {
             body,
         };
         let epoch = self.shared.epoch.load(Ordering::Acquire);
-        let Some(at) = self.place(&rec, epoch, None)? else {
+        let Some(at) = self.place(&rec, epoch, None, None)? else {
             inner.fail();
             progress.failed();
             return Ok(());
@@ -528,7 +658,41 @@ impl Writer<'_> {
 
     /// The largest record a region takes.
     fn max_record(&self) -> u64 {
-        self.size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN
+        max_record(self.size)
+    }
+
+    /// Reclaims a region for `job` before it begins, when its record would not fit the
+    /// open one: sealing that region (publishing what the jobs before wrote), the reclaim
+    /// and the copies it makes are one step between two jobs, so a lookup finds the disk
+    /// after job `n`, or after job `n` and the reclaim the next one needs, never part way
+    /// through a job; a held writer can be stopped at either ([`Writer::roll_ahead`]).
+    fn make_room(&mut self, job: &Job) -> std::io::Result<()> {
+        match first_record_len(job, self.size) {
+            Some(len) if !self.fits(len) => self.roll_and_copy(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens the next region (reclaiming one if none is free), and writes and publishes
+    /// the hot records the reclaim kept.
+    fn roll_and_copy(&mut self) -> std::io::Result<()> {
+        self.roll()?;
+        if !self.reinsert.is_empty() {
+            self.write_reinserts()?;
+            self.flush()?;
+            self.shared.moving.lock().clear();
+        }
+        Ok(())
+    }
+
+    /// A held writer, asked: makes room for the next job, as it would before beginning
+    /// it, if regions reclaimed are fewer than asked.
+    fn roll_ahead(&mut self, ask: &RollAsk) -> std::io::Result<()> {
+        let retired = self.shared.regions_retired.load(Ordering::Acquire);
+        match ask.len {
+            Some(len) if retired < ask.to && !self.fits(len) => self.roll_and_copy(),
+            _ => Ok(()),
+        }
     }
 
     fn fits(&self, len: u64) -> bool {
@@ -548,7 +712,7 @@ impl Writer<'_> {
         epoch: u64,
         queued_at: Option<Instant>,
     ) -> std::io::Result<()> {
-        self.place(rec, epoch, queued_at).map(|_| ())
+        self.place(rec, epoch, queued_at, None).map(|_| ())
     }
 
     /// The bytes a record of these parts takes with a body of `body` bytes.
@@ -625,7 +789,7 @@ impl Writer<'_> {
                     meta: &meta,
                     body: &piece,
                 };
-                let Some(at) = self.place(&rec, epoch, None)? else {
+                let Some(at) = self.place(&rec, epoch, None, None)? else {
                     return Ok(());
                 };
                 fragments.push(at);
@@ -655,6 +819,7 @@ impl Writer<'_> {
         rec: &NewRecord<'_>,
         epoch: u64,
         queued_at: Option<Instant>,
+        from: Option<Loc>,
     ) -> std::io::Result<Option<FragmentRef>> {
         let len = rec.record_len();
         if len > self.max_record() {
@@ -687,6 +852,7 @@ impl Writer<'_> {
                     loc: Loc::new(a.region, offset, len),
                     epoch,
                     queued_at,
+                    from,
                 });
                 self.shared.stats.writes.fetch_add(1, Ordering::Relaxed);
             }
@@ -710,7 +876,7 @@ impl Writer<'_> {
     }
 
     fn write_reinserts(&mut self) -> std::io::Result<()> {
-        for r in std::mem::take(&mut self.reinsert) {
+        for (r, from) in std::mem::take(&mut self.reinsert) {
             let body = [r.body.clone()];
             let rec = NewRecord {
                 kind: Kind::Object,
@@ -725,7 +891,7 @@ impl Writer<'_> {
             };
             // As of when it was chosen: an object removed since (its index entry gone at
             // once) is not brought back by its copy's publication.
-            self.append(&rec, self.reinsert_epoch, None)?;
+            self.place(&rec, self.reinsert_epoch, None, Some(from))?;
             self.shared.stats.reinserted.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -766,6 +932,7 @@ impl Writer<'_> {
                     loc,
                     epoch,
                     queued_at,
+                    from,
                 } => {
                     if let Some(q) = queued_at {
                         note_delay(shared, written.saturating_duration_since(q));
@@ -778,7 +945,18 @@ impl Writer<'_> {
                     if removed_after {
                         continue;
                     }
-                    shared.index.insert(fp, loc);
+                    match from {
+                        // A copy goes where its record was still indexed (not removed nor
+                        // replaced by a newer write meanwhile), hit meanwhile or not.
+                        Some(from) => {
+                            if !shared.index.move_if_at(fp, from, loc) {
+                                continue;
+                            }
+                        }
+                        None => {
+                            shared.index.insert(fp, loc);
+                        }
+                    }
                     if varied {
                         shared.varied.add(key_hash, fp);
                     }
@@ -797,6 +975,10 @@ impl Writer<'_> {
                 }
             }
         }
+        // Their records are in the file and indexed: a replay counts them done from here.
+        shared
+            .jobs_done
+            .fetch_add(std::mem::take(&mut self.unpublished), Ordering::AcqRel);
         Ok(())
     }
 
@@ -852,6 +1034,37 @@ impl Writer<'_> {
         Some(r)
     }
 
+    /// Keeps a hot record of the region being reclaimed to be copied forward, if it is an
+    /// object, fits what is left of `budget`, reads back whole and no rule kills it.
+    fn keep(
+        &mut self,
+        victim: u32,
+        seq: u64,
+        e: &SummaryEntry,
+        loc: Loc,
+        budget: &mut u64,
+    ) -> std::io::Result<bool> {
+        if e.kind != Kind::Object || (e.len as u64) > *budget {
+            return Ok(false);
+        }
+        let mut b = bytes::BytesMut::zeroed(e.len as usize);
+        let n = self.shared.dir.read_at(victim, e.offset as u64, &mut b)?;
+        b.truncate(n);
+        let Some(r) = Record::decode(&Bytes::from(b), seq)
+            .ok()
+            .and_then(|r| self.judged(r))
+        else {
+            return Ok(false);
+        };
+        *budget -= e.len as u64;
+        // Hits from here on are the copy's (see `Index::move_if_at`).
+        self.shared.index.clear_accessed_if_at(e.fingerprint, loc);
+        // Left in the index until its copy is published (`place`), and read from `moving`
+        // once its region is retired: a hot object is found all the while it moves.
+        self.reinsert.push((r, loc));
+        Ok(true)
+    }
+
     /// Empties the oldest region: its objects leave the index, the hot ones (with
     /// reinsertion) are kept to be written again. Returns it.
     fn reclaim(&mut self) -> std::io::Result<u32> {
@@ -892,33 +1105,27 @@ impl Writer<'_> {
             if !cur.same_place(loc) {
                 continue;
             }
-            if e.kind == Kind::Object && cur.accessed() && (e.len as u64) <= budget {
-                let mut b = bytes::BytesMut::zeroed(e.len as usize);
-                let n = self.shared.dir.read_at(victim, e.offset as u64, &mut b)?;
-                b.truncate(n);
-                if let Some(r) = Record::decode(&Bytes::from(b), seq)
-                    .ok()
-                    .and_then(|r| self.judged(r))
-                {
-                    budget -= e.len as u64;
-                    self.reinsert.push(r);
-                    // Left in the index until its copy is published (`place`), and read
-                    // from `moving` once its region is retired below: a hot object is
-                    // found all the while it moves.
-                    continue;
-                }
+            if cur.accessed() && self.keep(victim, seq, e, loc, &mut budget)? {
+                continue;
             }
             gone.push((loc, e));
         }
         for (loc, e) in gone {
-            self.shared.index.remove_if_at(e.fingerprint, loc);
+            // Hit since it was passed over above (while the hot ones were read): kept as
+            // if the hit had come before the reclaim began, so what a reclaim keeps
+            // depends on the hits made before this moment, not on how long its reads took.
+            if self.shared.index.remove_unless_accessed(e.fingerprint, loc)
+                && !self.keep(victim, seq, e, loc, &mut budget)?
+            {
+                self.shared.index.remove_if_at(e.fingerprint, loc);
+            }
             if e.flags & FLAG_VARIED != 0 && self.shared.index.get(e.fingerprint).is_none() {
                 self.shared.varied.forget(e.key_hash, e.fingerprint);
             }
         }
         if !self.reinsert.is_empty() {
             let mut moving = self.shared.moving.lock();
-            for r in &self.reinsert {
+            for (r, _) in &self.reinsert {
                 moving.insert(r.header.fingerprint, r.clone());
             }
         }

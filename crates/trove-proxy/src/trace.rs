@@ -73,10 +73,14 @@ const SECRET: &[&str] = &[
 pub struct Capture {
     /// The first reading of the request path's clock: the lookup's `now`.
     pub looked_up: Option<SystemTime>,
-    /// The clock once a lower tier's copy was opened or promoted ([`note_lower_now`]).
+    /// The clock once a lower tier's copy was opened or promoted ([`note_lower_now`]):
+    /// the first time, and every time.
     pub lower_now: Option<SystemTime>,
+    pub lower_nows: Vec<SystemTime>,
     /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
     pub lower: Option<trove_store::LowerProgress>,
+    /// Where it was at each read of the lower tier's copy that followed ([`note_lower_read`]).
+    pub lower_reads: Vec<trove_store::LowerProgress>,
     pub origin: Vec<OriginRecord>,
     pub invalidations: Vec<InvalidationRecord>,
 }
@@ -135,24 +139,40 @@ pub fn note_lower(progress: impl FnOnce() -> Option<trove_store::LowerProgress>)
     });
 }
 
+/// Notes where the lower tier's writer was just before the request read the lower tier's
+/// copy (opened it, or promoted it): later than the lookup, on the blocking pool, so the
+/// writer may have moved meanwhile, and what the read finds depends on where it was then.
+pub fn note_lower_read(progress: Option<trove_store::LowerProgress>) {
+    if let Some(p) = progress {
+        with(|c| c.lower_reads.push(p));
+    }
+}
+
 /// Notes the clock read once a lower tier's copy was opened or promoted (the first time):
 /// its freshness is judged then, not at the lookup.
 pub fn note_lower_now(now: SystemTime) {
     with(|c| {
         c.lower_now.get_or_insert(now);
+        c.lower_nows.push(now);
     });
 }
 
-/// Notes the origin's answer to a request sent for the request being handled.
-pub fn note_origin(result: Result<&OriginResponse, OriginFailure>) {
+/// Notes the origin's answer to a request sent for the request being handled, and the
+/// last invalidation rule made by then (`rules`, asked only when tracing).
+pub fn note_origin(
+    result: Result<&OriginResponse, OriginFailure>,
+    rules: impl FnOnce() -> Option<u64>,
+) {
     with(|c| {
-        c.origin.push(match result {
+        let mut record = match result {
             Ok(resp) => OriginRecord::of(resp),
             Err(f) => OriginRecord {
                 failed: Some(failure_name(f)),
                 ..OriginRecord::default()
             },
-        })
+        };
+        record.rules_seq = rules();
+        c.origin.push(record)
     });
 }
 
@@ -178,6 +198,11 @@ pub struct OriginRecord {
     /// Why there was no answer (`timeout`, `connection-refused` …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<&'static str>,
+    /// The sequence number of the last invalidation rule made when the answer was handed
+    /// to the cache's flow, which judges what it brings against the rules then: a rule
+    /// made after its head arrived may still be one it saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules_seq: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }
@@ -199,6 +224,7 @@ impl OriginRecord {
             length: resp.content_length(),
             failed: None,
             truncated,
+            rules_seq: None,
         }
     }
 }
@@ -256,9 +282,18 @@ pub struct RequestRecord<'a> {
     /// When a lower tier's copy had been opened or promoted (its freshness judged then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_at_us: Option<u64>,
+    /// Each time the clock was read after an open or a promotion of the disk's copy, in
+    /// order (an open that found no file, then the promotion, read it twice): the
+    /// copy's freshness is judged at the last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lower_ats_us: Vec<u64>,
     /// How many jobs had been queued for it then, done or not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lower_queued: Option<u64>,
+    /// Where it was at each read of the disk's copy that followed the lookup (an open,
+    /// a promotion), in order: `[jobs done, regions reclaimed]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lower_reads: Vec<[u64; 2]>,
     /// The origin's answers, in the order they came (none for a hit).
     pub origin: Vec<OriginRecord>,
     /// Invalidations the request made (a `PURGE`).
@@ -456,7 +491,13 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
         lower_begun: capture.lower.map(|l| l.begun),
         lower_reclaims: capture.lower.map(|l| l.reclaims),
         lower_at_us: capture.lower_now.map(micros),
+        lower_ats_us: capture.lower_nows.iter().map(|t| micros(*t)).collect(),
         lower_queued: capture.lower.map(|l| l.queued),
+        lower_reads: capture
+            .lower_reads
+            .iter()
+            .map(|l| [l.done, l.reclaims])
+            .collect(),
         origin: capture.origin,
         invalidations: capture.invalidations,
     }

@@ -8,7 +8,7 @@
 //!   beside the requests: an object reaches the disk a moment after its body completes, and
 //!   a region is reclaimed a moment after the write that needs it, so what a request finds
 //!   depends on timing. A replayable trace records, with each request, how far trove's
-//!   writer had got when it looked the request up (jobs done, begun and queued, regions
+//!   writer had got when it looked the request up (jobs done and queued, regions
 //!   reclaimed); the exact replay holds its writer and lets it go that far
 //!   ([`DiskTier::settle`]), and places bodies' ends and sweeps by the jobs they queued
 //!   (`crate::trace::replayable`). A replay of a log that does not say waits for its
@@ -117,22 +117,19 @@ impl DiskTier {
     /// are queued. So the state a request finds depends neither on how fast this machine's
     /// disk is nor on how far ahead of trove's the replay's writer runs.
     ///
-    /// Trove's writer may have been part way through a batch of jobs (`begun` past
-    /// `done`): of those, the replay's carries out as many as it takes to have reclaimed
-    /// as many regions as trove's had (`reclaims`), as a reclaim takes objects off the
-    /// disk at once while the batch's writes show only when it ends.
-    pub fn settle(&self, done: Option<u64>, begun: Option<u64>, reclaims: Option<u64>) {
+    /// Trove's writer reclaims the region a job needs before it begins that job, a step
+    /// of its own: if it had reclaimed more regions than the replay's has once `upto` jobs
+    /// are done (`reclaims`, the trace's `lower_reclaims`), it was between that step and
+    /// the next job, and the replay's is put there too ([`DiskStore::roll_ahead`]).
+    ///
+    /// [`DiskStore::roll_ahead`]: trove_disk::DiskStore::roll_ahead
+    pub fn settle(&self, done: Option<u64>, reclaims: Option<u64>) {
         let disk = self.store.disk();
         match (self.held, done) {
             (true, Some(n)) => {
                 disk.release(n);
-                let (Some(begun), Some(reclaims)) = (begun, reclaims) else {
-                    return;
-                };
-                let mut at = n;
-                while at < begun && disk.progress().reclaims < reclaims {
-                    at += 1;
-                    disk.release(at);
+                if let Some(r) = reclaims {
+                    disk.roll_ahead(r);
                 }
             }
             (true, None) => disk.release(u64::MAX),

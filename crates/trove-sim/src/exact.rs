@@ -128,7 +128,7 @@ impl Sim {
     fn settle(&mut self, index: u64, r: &Request) {
         let queued = r.lower_queued;
         if let Some(d) = &self.disk {
-            d.settle(r.lower_jobs, r.lower_begun, r.lower_reclaims);
+            d.settle(r.lower_jobs, r.lower_reclaims);
             let ours = d.store.disk().progress().queued;
             if let Some(q) = queued.filter(|q| *q != ours) {
                 self.queue_mismatches += 1;
@@ -323,8 +323,20 @@ impl Exact {
                 }
                 format!("{}/200", Outcome::Purge.as_str())
             } else {
+                let sim = &mut self.sims[i];
+                sim.settle(self.index, r);
+                let Sim {
+                    engine,
+                    disk,
+                    arriving,
+                    result,
+                    ..
+                } = sim;
                 let mut origin = Recorded {
                     request: r,
+                    disk: disk.as_ref(),
+                    reads: 0,
+                    afters: 0,
                     next: 0,
                     latest: self.latest.get(&r.url),
                     asked: 0,
@@ -336,18 +348,14 @@ impl Exact {
                     arriving: Vec::new(),
                     last_reused: false,
                 };
-                let sim = &mut self.sims[i];
-                sim.settle(self.index, r);
-                let served = sim
-                    .engine
-                    .handle(&r.method, &r.url, &r.headers, r.at, &mut origin);
+                let served = engine.handle(&r.method, &r.url, &r.headers, r.at, &mut origin);
                 // Those that landed after its last answer's head arrived, after it.
                 for (at, inv) in &racing[origin.applied..] {
                     apply(&*store, inv, *at);
                 }
                 let deadline = r.done + REORDER;
                 for (obj, body) in origin.arriving {
-                    sim.arriving.push_back(Arriving {
+                    arriving.push_back(Arriving {
                         url: r.url.clone(),
                         obj,
                         body,
@@ -355,7 +363,7 @@ impl Exact {
                     });
                 }
 
-                let res = &mut sim.result;
+                let res = result;
                 res.requests += 1;
                 res.origin_requests += origin.asked;
                 if served.outcome.is_hit() {
@@ -456,7 +464,10 @@ pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<Ex
         // What landed while its origin's answers were on their way.
         let racing = match &e {
             Event::Request(r) => match r.answers.iter().map(|a| a.received).max() {
-                Some(until) => reader.take_invalidations(until),
+                Some(until) => {
+                    let seq = r.answers.iter().filter_map(|a| a.rules_seq).max();
+                    reader.take_racing(until, seq)
+                }
                 None => Vec::new(),
             },
             _ => Vec::new(),
@@ -478,6 +489,11 @@ pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<Ex
 /// The origin of one replayed request: its recorded answers, then the URL's latest.
 struct Recorded<'a> {
     request: &'a Request,
+    /// The disk tier, to put its writer where trove's was at each read of it.
+    disk: Option<&'a DiskTier>,
+    /// Reads of the disk so far, and clocks read after them.
+    reads: usize,
+    afters: usize,
     next: usize,
     latest: Option<&'a Answer>,
     asked: u64,
@@ -496,10 +512,16 @@ struct Recorded<'a> {
 }
 
 impl Recorded<'_> {
-    /// Applies the racing invalidations made at `until` or before.
-    fn apply_until(&mut self, until: SystemTime) {
+    /// Applies the racing invalidations trove had made when it judged an answer: those up
+    /// to `seq` when the trace says (made before it handed the answer to its flow), else
+    /// those made at `until` (its head's arrival) or before.
+    fn apply_until(&mut self, until: SystemTime, seq: Option<u64>) {
         while let Some((at, inv)) = self.racing.get(self.applied) {
-            if *at > until {
+            let seen = match seq {
+                Some(s) => inv.seq <= s,
+                None => *at <= until,
+            };
+            if !seen {
                 break;
             }
             apply(self.store, inv, *at);
@@ -519,9 +541,21 @@ impl Origin for Recorded<'_> {
         }
     }
 
-    /// Trove judged a disk copy's freshness once it had read it.
+    /// Trove judged a disk copy's freshness once it had read it: at the clock it read
+    /// after this open or promotion (the first one's, in an older trace).
     fn after_lower(&mut self) -> Option<SystemTime> {
-        self.request.lower_at
+        let at = self.request.lower_ats.get(self.afters).copied();
+        self.afters += 1;
+        at.or(self.request.lower_at)
+    }
+
+    /// Trove's writer may have gone on between the lookup and the read.
+    fn before_lower(&mut self) {
+        let at = self.request.lower_reads.get(self.reads).copied();
+        self.reads += 1;
+        if let (Some(d), Some((jobs, reclaims))) = (self.disk, at) {
+            d.settle(Some(jobs), Some(reclaims));
+        }
     }
 
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure> {
@@ -532,7 +566,7 @@ impl Origin for Recorded<'_> {
         // What trove applied before this answer's head arrived, the replay applies before
         // handing it over (the request was sent before them: they judge what it brings).
         if let Some(a) = recorded {
-            self.apply_until(a.received);
+            self.apply_until(a.received, a.rules_seq);
         }
         let a = match (recorded, self.request.answers.last(), self.latest) {
             (Some(a), _, _) => a,

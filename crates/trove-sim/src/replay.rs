@@ -416,7 +416,7 @@ impl Replay {
             };
             let served = sim.engine.handle(&method, key, headers, now, &mut origin);
             if let Some(d) = &sim.disk {
-                d.settle(None, None, None);
+                d.settle(None, None);
             }
             let asked = origin.asked;
             let hit = served.outcome.is_hit();

@@ -455,15 +455,18 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
     assert!(report.compared + 5 >= mix.requests);
     if disk {
         // Not exact yet with the disk tier (docs/trace-format.md, "What it cannot
-        // reproduce"): trove's disk writer, its fills and its sweeper run beside the
-        // requests, and a lookup that lands part way through one of their steps (a job
-        // that reclaims a region, a body's end that queues two writes) finds a state the
-        // replay's whole steps never show; from there, which objects a region's reclaim
-        // drops drifts. Measured in this test (debug build), from 2 to 381 of 10,000
-        // differed over the runs of 2026-11-26. Held to replaying the same way every time,
-        // to serving disk hits, and to a bound (10 %).
+        // reproduce"): trove's writer makes no step a lookup sees half done, and the trace
+        // says where it was at each lookup and each read of the disk; what still runs
+        // beside a lookup in steps the trace does not split (a sweep's pass over the disk,
+        // a body's end around another lookup) can make the replay part from trove, and
+        // which objects a reclaim keeps drift from there; and the memory tier can part
+        // from trove's on its own (an eviction trove made and the replay did not, seen as
+        // a variant served from memory by one and fetched by the other). Measured in
+        // this test (debug build, 2026-11-26, 13 runs): 0 in 7, then 1, 5, 7, 51, 71 (on
+        // a host busy with a release build) and 249 of 10,000; 79 to 374 before. Held to replaying the same way every time, to serving disk hits, and to
+        // a bound (5 %).
         assert!(
-            r.differing * 10 <= report.compared,
+            r.differing * 20 <= report.compared,
             "{} of {} differ with the disk tier",
             r.differing,
             report.compared
@@ -484,6 +487,9 @@ async fn agreement(n: u64, eviction: EvictionKind, disk: bool, seed: u64) {
             "\"lower_begun\":",
             "\"lower_reclaims\":",
             "\"lower_at_us\":",
+            "\"lower_reads\":",
+            "\"lower_ats_us\":",
+            "\"rules_seq\":",
         ] {
             assert!(trace.contains(field), "no {field} in the trace");
         }

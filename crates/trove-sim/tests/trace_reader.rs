@@ -43,6 +43,7 @@ fn record(url: &str, at: u64, done: u64, answer: bool, result: Outcome) -> Strin
             length: Some(1000),
             failed: None,
             truncated: false,
+            rules_seq: None,
         }]
     } else {
         Vec::new()
@@ -250,4 +251,64 @@ fn an_invalidation_is_applied_where_it_happened() {
     let (report, codes) = replay(&path);
     assert_eq!(codes, ["TCP_MISS/200", "TCP_MEM_HIT/200"]);
     assert_eq!(report.results[0].differing, 1);
+}
+
+/// An invalidation made after an answer's head arrived but before trove judged the answer
+/// (its `rules_seq`) raced the request: the reader hands it over with those that landed
+/// before the head, and keeps a later one for its own time.
+#[test]
+fn a_rule_the_answer_was_judged_after_races_the_request() {
+    let answer = format!(
+        "{{\"v\":1,\"kind\":\"request\",\"at_us\":{},\"done_us\":{},\"method\":\"GET\",\
+         \"url\":\"http://a.example/a\",\"status\":200,\"result\":\"TCP_MISS\",\
+         \"origin\":[{{\"status\":200,\"sent_us\":{},\"received_us\":{},\"fields\":[],\
+         \"length\":10,\"rules_seq\":7}}]}}",
+        T0 + 1_000,
+        T0 + 2_000,
+        T0 + 1_010,
+        T0 + 1_020
+    );
+    let inv = |at: u64, seq: u64| {
+        format!(
+            "{{\"v\":1,\"kind\":\"invalidation\",\"at_us\":{},\"selects\":\"prefix\",\
+             \"value\":\"http://a.example/\",\"soft\":false,\"seq\":{seq}}}",
+            T0 + at
+        )
+    };
+    let text = format!("{answer}\n{}\n{}\n", inv(1_500, 7), inv(1_600, 8));
+    let mut reader = replayable::ReplayableReader::new(text.as_bytes());
+    let Some(Event::Request(r)) = reader.next_event() else {
+        panic!("the request first");
+    };
+    assert_eq!(r.answers[0].rules_seq, Some(7));
+    let until = r.answers[0].received;
+    let racing = reader.take_racing(until, r.answers[0].rules_seq);
+    let seqs: Vec<u64> = racing.iter().map(|(_, i)| i.seq).collect();
+    assert_eq!(seqs, [7], "made after the head, seen by the judgment");
+    assert!(matches!(reader.next_event(), Some(Event::Invalidation(_, i)) if i.seq == 8));
+}
+
+/// Each clock trove read after opening or promoting the disk's copy reads back, in order
+/// (the copy's freshness is judged at the last, not the first), with where its disk
+/// writer was at each read.
+#[test]
+fn the_clocks_and_writer_places_of_each_disk_read_read_back() {
+    let line = format!(
+        "{{\"v\":1,\"kind\":\"request\",\"at_us\":{},\"done_us\":{},\"method\":\"GET\",\
+         \"url\":\"http://a.example/a\",\"status\":200,\"result\":\"TCP_HIT\",\
+         \"lower_jobs\":4,\"lower_reclaims\":1,\"lower_at_us\":{},\
+         \"lower_ats_us\":[{},{}],\"lower_reads\":[[4,1],[6,2]]}}",
+        T0 + 1_000,
+        T0 + 2_000,
+        T0 + 1_100,
+        T0 + 1_100,
+        T0 + 1_900
+    );
+    let Some(Event::Request(r)) = replayable::parse(line.as_bytes()) else {
+        panic!("{line}");
+    };
+    let t = |us: u64| UNIX_EPOCH + Duration::from_micros(T0 + us);
+    assert_eq!(r.lower_at, Some(t(1_100)));
+    assert_eq!(r.lower_ats, [t(1_100), t(1_900)]);
+    assert_eq!(r.lower_reads, [(4, 1), (6, 2)]);
 }

@@ -153,15 +153,15 @@ pub fn is_reused(e: &std::io::Error) -> bool {
 /// Where a lower tier's writer is ([`crate::Storage::lower_progress`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LowerProgress {
-    /// Jobs (writes, tombstones, fragments) the writer has carried out.
+    /// Jobs (writes, tombstones, fragments) the writer has carried out: their records
+    /// are in the file and published (what a lookup finds).
     pub done: u64,
-    /// Jobs it has begun: more than `done` while it is part way through (a region
-    /// reclaimed, its objects gone from the index, but the write that needed the room
-    /// not yet done). A replay of a request looked up then puts its writer past the job
-    /// under way, as the reclaim is what a lookup sees first.
+    /// Jobs it has begun: more than `done` while their records are written but not
+    /// published yet.
     pub begun: u64,
-    /// Regions it has reclaimed (emptied for reuse), counted once each is done: with
-    /// `begun`, whether the jobs under way had reclaimed theirs yet.
+    /// Regions it has reclaimed (emptied for reuse). A region a job needs is reclaimed
+    /// before the job begins, a step of its own, so with `done` this says exactly where
+    /// it was: after `done` jobs, and after the reclaim for the next one or not.
     pub reclaims: u64,
     /// Jobs queued for it in all (carried out or not).
     pub queued: u64,

@@ -148,13 +148,19 @@ impl Engine {
                 // Opened as the proxy opens it (the simulator sends nothing from it).
                 Command::OpenFile => {
                     let hit = match (*file_min, &lower) {
-                        (Some(min), Some(l)) => l.open_file(min),
+                        (Some(min), Some(l)) => {
+                            origin.before_lower();
+                            l.open_file(min)
+                        }
                         _ => None,
                     };
                     env.now = origin.after_lower().unwrap_or(env.now);
                     Event::FileFound(hit.map(|h| h.into_object(key).0))
                 }
                 Command::Promote => {
+                    if lower.is_some() {
+                        origin.before_lower();
+                    }
                     for fill in lower.take().map(|l| l.load()).unwrap_or_default() {
                         fill.run();
                     }

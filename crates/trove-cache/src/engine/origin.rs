@@ -77,4 +77,9 @@ pub trait Origin {
     fn after_lower(&mut self) -> Option<SystemTime> {
         None
     }
+
+    /// Just before a lower tier's copy is read (opened or promoted): a replay puts the
+    /// lower tier's writer where the server's was when it read (a server reads later
+    /// than it looked up, on a blocking pool, and the writer goes on meanwhile).
+    fn before_lower(&mut self) {}
 }

@@ -117,7 +117,10 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     if let Ok(resp) = &result {
         shared.metrics.origin_failures.record_ok(&resp.upstream);
     }
-    crate::trace::note_origin(result.as_ref().map_err(|f| f.error.failure()));
+    // The last rule made when the answer is handed to the flow, which judges it against
+    // the rules at once (a replay applies those up to it before handing the answer over).
+    let rules = || shared.store.invalidations().map(|i| i.current());
+    crate::trace::note_origin(result.as_ref().map_err(|f| f.error.failure()), rules);
     result
 }
 

@@ -303,7 +303,7 @@ async fn run<R: AsyncRead + Unpin>(
                 }
             }
             Command::Promote => {
-                tier::promote(lower.take()).await;
+                tier::promote(cx, lower.take()).await;
                 now = fetch::now();
                 crate::trace::note_lower_now(now);
                 variants.0.clear();

@@ -33,17 +33,32 @@ pub(super) async fn open_file(
     else {
         return (Some(lower), None);
     };
+    let traced = cx.shared.trace.enabled();
+    let store = Arc::clone(&cx.shared.store);
+    let progress = move || traced.then(|| store.lower_progress()).flatten();
+    // Where the writer was when the disk was read: here, or on the blocking pool.
+    let now = progress();
     let (lower, found) = match lower.open_file_now(min) {
-        FileOpen::Found(found) => (Some(lower), Some(*found)),
-        FileOpen::No => (Some(lower), None),
+        FileOpen::Found(found) => {
+            crate::trace::note_lower_read(now);
+            (Some(lower), Some(*found))
+        }
+        FileOpen::No => {
+            crate::trace::note_lower_read(now);
+            (Some(lower), None)
+        }
         FileOpen::WouldBlock => {
             let opened = tokio::task::spawn_blocking(move || {
+                let at = progress();
                 let found = lower.open_file(min);
-                (lower, found)
+                (lower, found, at)
             })
             .await;
             match opened {
-                Ok((lower, found)) => (Some(lower), found),
+                Ok((lower, found, at)) => {
+                    crate::trace::note_lower_read(at);
+                    (Some(lower), found)
+                }
                 Err(_) => (None, None),
             }
         }
@@ -56,11 +71,21 @@ pub(super) async fn open_file(
 /// (`Lower::load`), so the lookup that follows finds it like any stored object. A large
 /// body is inserted at once and filled from disk behind it, on the blocking pool too,
 /// clients following it as it is read.
-pub(super) async fn promote(lower: Option<Box<dyn Lower>>) {
+/// When `traced`, notes where the lower tier's writer was as the load began
+/// ([`crate::trace::note_lower_read`]).
+pub(super) async fn promote(cx: &Ctx<'_>, lower: Option<Box<dyn Lower>>) {
     let Some(lower) = lower else { return };
-    let Ok(fills) = tokio::task::spawn_blocking(move || lower.load()).await else {
+    let traced = cx.shared.trace.enabled();
+    let store = Arc::clone(&cx.shared.store);
+    let loaded = tokio::task::spawn_blocking(move || {
+        let at = traced.then(|| store.lower_progress()).flatten();
+        (lower.load(), at)
+    })
+    .await;
+    let Ok((fills, at)) = loaded else {
         return;
     };
+    crate::trace::note_lower_read(at);
     for f in fills {
         tokio::task::spawn_blocking(move || f.run());
     }

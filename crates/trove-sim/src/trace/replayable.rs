@@ -70,11 +70,15 @@ struct Line {
     #[serde(default)]
     lower_at_us: Option<u64>,
     #[serde(default)]
+    lower_ats_us: Vec<u64>,
+    #[serde(default)]
     lower_reclaims: Option<u64>,
     #[serde(default)]
     lower_queued_after: Option<u64>,
     #[serde(default)]
     lower_queued: Option<u64>,
+    #[serde(default)]
+    lower_reads: Vec<(u64, u64)>,
     #[serde(default)]
     origin: Vec<AnswerLine>,
     #[serde(default)]
@@ -109,6 +113,8 @@ struct AnswerLine {
     fields: Vec<(String, String)>,
     length: Option<u64>,
     failed: Option<String>,
+    #[serde(default)]
+    rules_seq: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +157,8 @@ pub struct Answer {
     pub length: Option<u64>,
     pub sent: SystemTime,
     pub received: SystemTime,
+    /// The last invalidation rule trove had made when it judged the answer.
+    pub rules_seq: Option<u64>,
 }
 
 /// One request as trove handled it.
@@ -179,8 +187,13 @@ pub struct Request {
     pub lower_reclaims: Option<u64>,
     /// When the disk's copy had been opened or promoted (its freshness judged then).
     pub lower_at: Option<SystemTime>,
+    /// Each time trove read its clock after an open or promotion of the disk's copy.
+    pub lower_ats: Vec<SystemTime>,
     /// How many jobs had been queued for it then, done or not.
     pub lower_queued: Option<u64>,
+    /// Where trove's disk writer was (jobs done, regions reclaimed) at each read of the
+    /// disk's copy after the lookup (an open, a promotion), in order.
+    pub lower_reads: Vec<(u64, u64)>,
     pub answers: Vec<Answer>,
     pub invalidations: Vec<Invalidation>,
 }
@@ -303,11 +316,17 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                 lower_jobs: l.lower_jobs,
                 lower_begun: l.lower_begun,
                 lower_reclaims: l.lower_reclaims,
+                lower_ats: l
+                    .lower_ats_us
+                    .iter()
+                    .map(|us| time(*us))
+                    .collect::<Option<Vec<_>>>()?,
                 lower_at: match l.lower_at_us {
                     Some(us) => Some(time(us)?),
                     None => None,
                 },
                 lower_queued: l.lower_queued,
+                lower_reads: l.lower_reads,
                 answers,
                 invalidations,
             })))
@@ -348,6 +367,7 @@ fn answer(a: AnswerLine) -> Option<Answer> {
         length,
         sent: time(a.sent_us)?,
         received: time(a.received_us)?,
+        rules_seq: a.rules_seq,
     })
 }
 
@@ -512,15 +532,25 @@ impl<R: BufRead> ReplayableReader<R> {
     /// before, in order: those that landed while the request just handed out (which trove
     /// looked up before them) was waiting for its origin's answer.
     pub fn take_invalidations(&mut self, until: SystemTime) -> Vec<(SystemTime, Invalidation)> {
-        let mut out = Vec::new();
-        while let Some(entry) = self.invalidations.first_entry() {
-            if entry.key().0 > until {
-                break;
-            }
-            let ((t, _), inv) = entry.remove_entry();
-            out.push((t, inv));
-        }
-        out
+        self.take_racing(until, None)
+    }
+
+    /// As [`ReplayableReader::take_invalidations`], and also those of sequence numbers up
+    /// to `seq` made later (trove judged the answer after them: see `Answer::rules_seq`).
+    pub fn take_racing(
+        &mut self,
+        until: SystemTime,
+        seq: Option<u64>,
+    ) -> Vec<(SystemTime, Invalidation)> {
+        let keys: Vec<(SystemTime, u64)> = self
+            .invalidations
+            .iter()
+            .filter(|((t, _), inv)| *t <= until || seq.is_some_and(|s| inv.seq <= s))
+            .map(|(k, _)| *k)
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.invalidations.remove(&k).map(|inv| (k.0, inv)))
+            .collect()
     }
 
     /// Takes the bodies' ends and sweeps held back that began with fewer than `queued`
