@@ -234,16 +234,20 @@ async fn run<R: AsyncRead + Unpin>(
     let mut unfinished = false;
     let mut cmd = flow.next(&env(now), Event::Start);
     loop {
-        let command = match cmd.on_store(store) {
-            Ok(()) => {
-                cmd = flow.next(&env(now), Event::Done);
-                continue;
+        let ev = match cmd {
+            // The store-only effects, carried out as for every driver.
+            c @ (Command::Remove(..) | Command::Invalidate(_) | Command::Freshen(..)) => {
+                let _ = c.on_store(store);
+                Event::Done
             }
-            Err(c) => c,
-        };
-        let ev = match command {
             // Anything that may reach the origin, a stored copy of it included, is checked
-            // first. PURGE reaches nothing; its own ACL governs it.
+            // first. PURGE reaches nothing; its own ACL governs it. An operator's origin
+            // and a local client are not checked (no future built for them).
+            Command::Guard(Guard::Origin)
+                if !needs_destination_check(cx.target, cx.reach.class) =>
+            {
+                Event::Allowed
+            }
             Command::Guard(Guard::Origin) => {
                 match check_destination(shared, cx.target, cx.reach.class).await {
                     Ok(checked) => {
@@ -391,8 +395,6 @@ async fn run<R: AsyncRead + Unpin>(
                 now = fetch::now();
                 Event::Purged(done)
             }
-            // Carried out by `Command::on_store` above.
-            Command::Remove(..) | Command::Invalidate(_) | Command::Freshen(..) => Event::Done,
             Command::Remember => {
                 shared.memo.lock().remember(cx.key(), now);
                 Event::Done
@@ -545,6 +547,12 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
     });
 }
 
+/// Whether the destination guard has anything to check: not for an operator's origin (an
+/// `[[origin]]` route is trusted) nor for a local client.
+fn needs_destination_check(target: &Target, class: ClientClass) -> bool {
+    target.upstreams.chooser() != Chooser::Operator && class != ClientClass::Local
+}
+
 /// The destination guard's first look at a client-chosen origin (a forward-proxy request;
 /// an operator's `[[origin]]` route is trusted): notes the client's class, which every
 /// connection made for the request is checked for (`origin::Pool`), and for a client that
@@ -560,7 +568,7 @@ pub(crate) async fn check_destination(
     target: &Target,
     class: ClientClass,
 ) -> Result<Option<Addrs>, Reply> {
-    if target.upstreams.chooser() == Chooser::Operator || class == ClientClass::Local {
+    if !needs_destination_check(target, class) {
         return Ok(None);
     }
     let Some(up) = target.upstreams.iter().next() else {
