@@ -567,8 +567,14 @@ pub const FRAGMENT_META_LEN: usize = 24;
 /// The body bytes of every fragment record but a body's last, in a directory of regions
 /// of `size` bytes: [`FRAGMENT_BODY`], or less where a region is too small for that.
 pub(crate) fn fragment_body(size: u64) -> u64 {
-    let max_record = size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN;
-    FRAGMENT_BODY.min(max_record - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN)
+    FRAGMENT_BODY
+        .min(max_record(size) - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN)
+}
+
+/// The largest record a region of `size` bytes takes (its header, one summary entry and
+/// its footer besides).
+pub(crate) fn max_record(size: u64) -> u64 {
+    size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN
 }
 
 /// What a fragment says about itself (its meta section).

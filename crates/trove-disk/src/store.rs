@@ -682,6 +682,22 @@ mod tests {
     use super::*;
 
     /// A store of 4 MiB in regions of 256 KiB in a fresh directory of its own, ready.
+    /// Copies `key`'s record aside into `moving`, as a reclaim does before it retires the
+    /// record's region; its fingerprint, place and the region's sequence number.
+    fn copy_aside(d: &DiskStore, key: &str) -> (u64, crate::index::Loc, u64) {
+        let fp = fingerprint(key, "");
+        let loc = d.shared.index.get(fp).unwrap();
+        let seq = d.shared.seqs[loc.region() as usize].load(Ordering::Acquire);
+        let b = d
+            .shared
+            .dir
+            .read_vec(loc.region(), loc.offset(), loc.len_hint() as usize)
+            .unwrap();
+        let record = crate::format::Record::decode(&Bytes::from(b), seq).unwrap();
+        d.shared.moving.lock().insert(fp, record);
+        (fp, loc, seq)
+    }
+
     fn small_store(name: &str) -> (PathBuf, DiskStore) {
         let dir =
             std::env::temp_dir().join(format!("trove-disk-test-{name}-{}", std::process::id()));
@@ -774,18 +790,9 @@ mod tests {
         assert!(d.write(&obj));
         d.flush();
         assert_eq!(d.load(key, 1 << 20).len(), 1);
-        let fp = fingerprint(key, "");
-        let loc = d.shared.index.get(fp).unwrap();
-        let r = loc.region() as usize;
-        let seq = d.shared.seqs[r].load(Ordering::Acquire);
-        let b = d
-            .shared
-            .dir
-            .read_vec(loc.region(), loc.offset(), loc.len_hint() as usize)
-            .unwrap();
-        let record = crate::format::Record::decode(&Bytes::from(b), seq).unwrap();
         // As a reclaim leaves it: copied aside, its region retired, the index unchanged.
-        d.shared.moving.lock().insert(fp, record);
+        let (_, loc, seq) = copy_aside(&d, key);
+        let r = loc.region() as usize;
         d.shared.seqs[r].store(seq + 1000, Ordering::SeqCst);
         let found = d.load(key, 1 << 20);
         assert_eq!(found.len(), 1, "read from the copy in memory");
@@ -812,16 +819,7 @@ mod tests {
         let key = "http://example.com/hot";
         assert!(d.write(&object(key, 3000)));
         d.flush();
-        let fp = fingerprint(key, "");
-        let loc = d.shared.index.get(fp).unwrap();
-        let seq = d.shared.seqs[loc.region() as usize].load(Ordering::Acquire);
-        let b = d
-            .shared
-            .dir
-            .read_vec(loc.region(), loc.offset(), loc.len_hint() as usize)
-            .unwrap();
-        let record = crate::format::Record::decode(&Bytes::from(b), seq).unwrap();
-        d.shared.moving.lock().insert(fp, record);
+        let (fp, loc, _) = copy_aside(&d, key);
         let zeros = vec![0u8; loc.len_hint() as usize];
         d.shared
             .dir

@@ -48,8 +48,7 @@ use trove_store::hash::{fingerprint, key_hash};
 
 use crate::format::{
     fragment_body, seal, FragmentList, FragmentMeta, FragmentRef, Kind, NewRecord, Record,
-    RegionHeader, SummaryEntry, ALIGN, FLAG_VARIED, FOOTER_LEN, FRAGMENT_BODY, FRAGMENT_META_LEN,
-    RECORD_HEADER_LEN, REGION_HEADER_LEN, SUMMARY_ENTRY_LEN,
+    RegionHeader, SummaryEntry, FLAG_VARIED, FOOTER_LEN, RECORD_HEADER_LEN, SUMMARY_ENTRY_LEN,
 };
 
 /// An object to write as fragments and a head.
@@ -426,12 +425,7 @@ fn first_record_len(job: &Job, region_size: u64) -> Option<u64> {
         .record_len(),
         _ => return None,
     };
-    (len <= max_record(region_size)).then_some(len)
-}
-
-/// The largest record a region of `region_size` takes.
-fn max_record(region_size: u64) -> u64 {
-    region_size - REGION_HEADER_LEN - SUMMARY_ENTRY_LEN as u64 - FOOTER_LEN
+    (len <= crate::format::max_record(region_size)).then_some(len)
 }
 
 impl Writer<'_> {
@@ -658,7 +652,7 @@ impl Writer<'_> {
 
     /// The largest record a region takes.
     fn max_record(&self) -> u64 {
-        max_record(self.size)
+        crate::format::max_record(self.size)
     }
 
     /// Reclaims a region for `job` before it begins, when its record would not fit the
@@ -750,11 +744,9 @@ impl Writer<'_> {
             .map_or(0, |d| d.as_nanos() as u64);
         let spool = xxhash_rust::xxh3::xxh3_64_with_seed(&nanos.to_le_bytes(), fp ^ self.next_seq);
         // At most [`FRAGMENT_BODY`], and a fragment record must fit a region.
-        let most = FRAGMENT_BODY
-            .min(self.max_record() - RECORD_HEADER_LEN as u64 - FRAGMENT_META_LEN as u64 - ALIGN);
+        let most = fragment_body(self.size);
         let mut whole = xxhash_rust::xxh3::Xxh3::new();
         let mut fragments = Vec::new();
-        debug_assert_eq!(most, fragment_body(self.size));
         let mut piece: Vec<Bytes> = Vec::new();
         let mut piece_len = 0u64;
         let mut offset = 0u64;
