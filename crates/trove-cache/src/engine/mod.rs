@@ -133,6 +133,7 @@ impl Engine {
                     let _ = c.on_store(store);
                     Event::Done
                 }
+                // An unguarded flow asks none; every request the simulator replays passed.
                 Command::Guard(_) => Event::Allowed,
                 Command::Lookup => match store.probe(key) {
                     Probe::Lower(l) => {

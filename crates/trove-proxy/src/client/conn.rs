@@ -479,14 +479,11 @@ impl Drop for OpenGuard {
 
 #[cfg(test)]
 mod tests {
-    /// What an idle keep-alive connection costs is mostly this future: the big per-request
-    /// futures (state machine, reply writer, tunnel) are boxed so they are not part of it.
-    /// The bound is loose (compilers differ); it catches one of them being inlined again.
-    #[tokio::test]
-    async fn idle_connection_task_stays_small() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        let s = tokio::net::TcpStream::connect(a).await.unwrap();
+    /// A forward proxy's shared state (no access log) and a plain connection's info from
+    /// `a`.
+    fn forward_proxy(
+        a: std::net::SocketAddr,
+    ) -> (std::sync::Arc<crate::state::Shared>, super::ConnInfo) {
         let settings = crate::settings::Settings {
             log: crate::settings::LogSettings {
                 access: String::new(),
@@ -501,6 +498,18 @@ mod tests {
             allowed: true,
             tls: false,
         };
+        (shared, info)
+    }
+
+    /// What an idle keep-alive connection costs is mostly this future: the big per-request
+    /// futures (state machine, reply writer, tunnel) are boxed so they are not part of it.
+    /// The bound is loose (compilers differ); it catches one of them being inlined again.
+    #[tokio::test]
+    async fn idle_connection_task_stays_small() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        let s = tokio::net::TcpStream::connect(a).await.unwrap();
+        let (shared, info) = forward_proxy(a);
         let f = super::serve(super::ClientStream::Plain(s), info, shared);
         assert!(
             std::mem::size_of_val(&f) <= 2048,
@@ -518,20 +527,7 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let a = l.local_addr().unwrap();
         let s = tokio::net::TcpStream::connect(a).await.unwrap();
-        let settings = crate::settings::Settings {
-            log: crate::settings::LogSettings {
-                access: String::new(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let shared = std::sync::Arc::new(crate::state::Shared::new(settings, &[a]).unwrap());
-        let info = super::ConnInfo {
-            peer: a,
-            mode: crate::settings::Mode::Forward,
-            allowed: true,
-            tls: false,
-        };
+        let (shared, info) = forward_proxy(a);
         let mut raw = bytes::BytesMut::from(
             &b"GET http://example.com/x HTTP/1.1\r\nHost: example.com\r\n\r\n"[..],
         );
