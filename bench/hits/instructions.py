@@ -6,6 +6,8 @@
     python3 bench/hits/instructions.py callers F NAME N
                                                     who calls functions matching NAME, and what
                                                     those calls cost per request (e.g. memcpy)
+    python3 bench/hits/instructions.py top F N      the functions that cost most per request in
+                                                    dump F (self cost)
 
 callgrind_annotate (valgrind 3.19) attributes every cost of these dumps to
 `__libc_start_main`, so this reads the format itself: `fn=`/`cfn=` name a function (by number
@@ -83,11 +85,20 @@ def callers(path, name, n):
         print(f"{cost / n:8.0f} {times[caller] / n:6.2f}  {caller[:140]}")
 
 
+def top(path, n):
+    own, _, _ = read(path)
+    print(f"per request: {sum(own.values()) / n:.0f}")
+    for k, cost in own.most_common(50):
+        print(f"{cost / n:8.0f}  {k[:140]}")
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "diff":
         diff(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif len(sys.argv) == 5 and sys.argv[1] == "callers":
         callers(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "top":
+        top(sys.argv[2], int(sys.argv[3]))
     else:
         sys.exit(__doc__)
 

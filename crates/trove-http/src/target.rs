@@ -196,8 +196,8 @@ impl Target {
         let host_end = key.len();
         let port = authority.port.unwrap_or(scheme.default_port());
         if port != scheme.default_port() {
-            use std::fmt::Write as _;
-            let _ = write!(key, ":{port}");
+            key.push(':');
+            push_decimal(&mut key, u32::from(port));
         }
         let authority_end = key.len();
         if asterisk {
@@ -335,7 +335,7 @@ pub fn parse_authority(s: &str) -> Result<Authority, TargetError> {
     if s.is_empty() {
         return Err(TargetError::NoHost);
     }
-    if s.contains('@') {
+    if s.as_bytes().contains(&b'@') {
         return Err(TargetError::UserInfo);
     }
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
@@ -348,8 +348,8 @@ pub fn parse_authority(s: &str) -> Result<Authority, TargetError> {
         let ip: Ipv6Addr = inner.parse().map_err(|_| TargetError::BadHost)?;
         (format!("[{ip}]"), port)
     } else {
-        let (host, port) = match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
+        let (host, port) = match s.bytes().rposition(|b| b == b':') {
+            Some(at) => (&s[..at], Some(&s[at + 1..])),
             None => (s, None),
         };
         (normalise_name(host)?, port)
@@ -372,39 +372,88 @@ fn parse_port(p: &str) -> Result<u16, TargetError> {
 }
 
 /// A reg-name, lowercased, one trailing dot dropped; or an IPv4 address in dotted-decimal.
+/// One pass over the bytes (this runs for every request's Host).
 fn normalise_name(host: &str) -> Result<String, TargetError> {
     let name = host.strip_suffix('.').unwrap_or(host);
     if name.is_empty() || name.len() > 253 {
         return Err(TargetError::BadHost);
     }
-    for label in name.split('.') {
-        if label.is_empty()
-            || label.len() > 63
-            || !label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+    let mut label = 0usize;
+    let mut last_label = 0usize;
+    let mut upper = false;
+    for (i, &b) in name.as_bytes().iter().enumerate() {
+        if b == b'.' {
+            if label == 0 {
+                return Err(TargetError::BadHost);
+            }
+            label = 0;
+            last_label = i + 1;
+        } else if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            label += 1;
+            if label > 63 {
+                return Err(TargetError::BadHost);
+            }
+            upper |= b.is_ascii_uppercase();
+        } else {
             return Err(TargetError::BadHost);
         }
     }
-    if ends_in_number(name) {
-        return parse_ipv4_literal(name)
-            .map(|ip| ip.to_string())
-            .ok_or(TargetError::BadHost);
+    if label == 0 {
+        return Err(TargetError::BadHost);
     }
-    Ok(name.to_ascii_lowercase())
+    if ends_in_number(&name.as_bytes()[last_label..]) {
+        let ip = parse_ipv4_literal(name).ok_or(TargetError::BadHost)?;
+        let mut out = String::with_capacity(15);
+        push_dotted(&mut out, ip);
+        return Ok(out);
+    }
+    Ok(if upper {
+        name.to_ascii_lowercase()
+    } else {
+        name.to_owned()
+    })
 }
 
 /// WHATWG URL's "ends in a number": the last label is decimal digits or `0x` hex, so the
 /// name can only be read as an IPv4 address (or not at all), never as a DNS name.
-fn ends_in_number(name: &str) -> bool {
-    let last = name.rsplit('.').next().unwrap_or(name);
-    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+fn ends_in_number(last: &[u8]) -> bool {
+    if !last.is_empty() && last.iter().all(u8::is_ascii_digit) {
         return true;
     }
-    match last.strip_prefix("0x").or_else(|| last.strip_prefix("0X")) {
-        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+    match last
+        .strip_prefix(b"0x")
+        .or_else(|| last.strip_prefix(b"0X"))
+    {
+        Some(hex) => hex.iter().all(u8::is_ascii_hexdigit),
         None => false,
+    }
+}
+
+/// `ip` in dotted decimal, as `Ipv4Addr`'s `Display` writes it, without the formatter.
+fn push_dotted(out: &mut String, ip: Ipv4Addr) {
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        push_decimal(out, u32::from(octet));
+    }
+}
+
+/// `n` in decimal.
+fn push_decimal(out: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -420,7 +469,7 @@ pub fn parse_ipv4_literal(s: &str) -> Option<Ipv4Addr> {
     }
     let mut parts = [0u32; 4];
     let mut n = 0;
-    for p in s.split('.') {
+    for p in s.as_bytes().split(|b| *b == b'.') {
         if n == 4 {
             return None;
         }
@@ -442,19 +491,24 @@ pub fn parse_ipv4_literal(s: &str) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from(v | last))
 }
 
-fn parse_part(p: &str) -> Option<u32> {
-    let (digits, radix) = if let Some(h) = p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+/// One part of an `inet_aton` address: digits only (no sign), at most a `u32`.
+fn parse_part(p: &[u8]) -> Option<u32> {
+    let (digits, radix) = if let Some(h) = p.strip_prefix(b"0x").or_else(|| p.strip_prefix(b"0X")) {
         (h, 16)
-    } else if p.len() > 1 && p.starts_with('0') {
+    } else if p.len() > 1 && p[0] == b'0' {
         (&p[1..], 8)
     } else {
         (p, 10)
     };
-    // from_str_radix would take a sign; inet_aton takes digits only.
-    if digits.is_empty() || !digits.bytes().all(|b| (b as char).is_digit(radix)) {
+    if digits.is_empty() {
         return None;
     }
-    u32::from_str_radix(digits, radix).ok()
+    let mut v: u32 = 0;
+    for &b in digits {
+        let d = char::from(b).to_digit(radix)?;
+        v = v.checked_mul(radix)?.checked_add(d)?;
+    }
+    Some(v)
 }
 
 fn is_unreserved(b: u8) -> bool {
@@ -689,6 +743,35 @@ mod tests {
             "http://under_score.example/"
         );
         assert_eq!(key("/", "1a.example"), "http://1a.example/");
+        assert_eq!(key("/", "127.0.0.1:18090"), "http://127.0.0.1:18090/");
+        assert_eq!(key("/", "255.255.255.255:1"), "http://255.255.255.255:1/");
+        assert_eq!(key("/", "h:65535"), "http://h:65535/");
+        for bad in [
+            "256.0.0.1",
+            "1.2.3.4.5",
+            "1..2",
+            ".1.2",
+            "1.2.3.0x100",
+            "09.1",
+        ] {
+            assert!(req("/", Some(bad)).is_err(), "{bad} was accepted");
+        }
+    }
+
+    /// The dotted writer and the decimal writer agree with the standard library's.
+    #[test]
+    fn written_addresses_and_ports_match_display() {
+        let mut x: u32 = 0x9e37_79b9;
+        for n in (0..5_000u32).chain([0, 1, 9, 10, 99, 100, 255, u32::MAX]) {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let ip = Ipv4Addr::from(x ^ n);
+            let mut out = String::new();
+            push_dotted(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+            let mut out = String::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 
     #[test]

@@ -79,13 +79,19 @@ impl HeadError {
 
 const MAX_HEADERS_CAP: usize = 256;
 
+/// The legacy field browsers send to proxies in place of `Connection`.
+const PROXY_CONNECTION: &str = "proxy-connection";
+
 /// Parses one request head from the front of `buf`, removing it. `Ok(None)` means more
 /// bytes are needed.
 pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHead>, HeadError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    // Uninitialised slots: filling 256 empty headers before every parse cost more than
+    // the parse of a short head.
+    let mut slots =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS_CAP];
     let max = limits.max_headers.clamp(1, MAX_HEADERS_CAP);
-    let mut req = httparse::Request::new(&mut slots[..max]);
-    let len = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut slots[..max]) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() > limits.max_head_bytes {
@@ -151,22 +157,41 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
         t
     };
     let mut headers = HeaderMap::with_capacity(req.headers.len());
+    // The fields judged below, noted as the map is built (a name compares as an enum here;
+    // a lookup in the map would hash it again).
+    let mut hosts = 0;
+    let (mut te, mut cl, mut expect, mut connection) = (false, false, false, false);
     for h in req.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes())
             .map_err(|_| HeadError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_bytes(h.value)
             .map_err(|_| HeadError::Malformed("invalid header value"))?;
+        if name == HOST {
+            hosts += 1;
+        } else if name == TRANSFER_ENCODING {
+            te = true;
+        } else if name == CONTENT_LENGTH {
+            cl = true;
+        } else if name == EXPECT {
+            expect = true;
+        } else if name == CONNECTION || name.as_str() == PROXY_CONNECTION {
+            connection = true;
+        }
         headers.append(name, value);
     }
     let _ = buf.split_to(len);
 
-    let framing = framing(version, &mut headers)?;
-    let host_count = headers.get_all(HOST).iter().count();
-    if host_count > 1 || (version == Version::HTTP_11 && host_count == 0) {
+    let framing = framing(version, &mut headers, te, cl)?;
+    if hosts > 1 || (version == Version::HTTP_11 && hosts == 0) {
         return Err(HeadError::Malformed("exactly one Host field is required"));
     }
-    let keep_alive = wants_keep_alive(version, &headers);
-    let expect_continue = version == Version::HTTP_11
+    let keep_alive = if connection {
+        wants_keep_alive(version, &headers)
+    } else {
+        version == Version::HTTP_11
+    };
+    let expect_continue = expect
+        && version == Version::HTTP_11
         && headers
             .get(EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
@@ -184,9 +209,13 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
 /// RFC 9112 §6.3, strictly: anything ambiguous is an error rather than a guess. A valid
 /// `Content-Length` is left in `headers` as one canonical value (`3, 3` and `003` become
 /// `3`), so what goes on to the origin is what was judged here.
-fn framing(version: Version, headers: &mut HeaderMap) -> Result<Framing, HeadError> {
-    let has_te = headers.contains_key(TRANSFER_ENCODING);
-    let has_cl = headers.contains_key(CONTENT_LENGTH);
+/// `has_te` and `has_cl` say whether those fields are present.
+fn framing(
+    version: Version,
+    headers: &mut HeaderMap,
+    has_te: bool,
+    has_cl: bool,
+) -> Result<Framing, HeadError> {
     if has_te {
         if version == Version::HTTP_10 {
             return Err(HeadError::Framing("Transfer-Encoding in HTTP/1.0"));
@@ -240,7 +269,7 @@ fn framing(version: Version, headers: &mut HeaderMap) -> Result<Framing, HeadErr
 /// HTTP/1.1 persists unless told to close; HTTP/1.0 only with `Connection: keep-alive` or
 /// the legacy `Proxy-Connection: keep-alive` that browsers send to proxies.
 fn wants_keep_alive(version: Version, headers: &HeaderMap) -> bool {
-    let proxy_connection = HeaderName::from_static("proxy-connection");
+    let proxy_connection = HeaderName::from_static(PROXY_CONNECTION);
     let mut close = false;
     let mut keep = false;
     for v in headers
@@ -305,6 +334,68 @@ mod tests {
         assert!(h.keep_alive);
         let h = p("GET http://a/ HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(!h.keep_alive);
+    }
+
+    /// The fields noted while the map is built decide as the map would: in any case, and
+    /// for `Connection` and `Proxy-Connection` alike.
+    #[test]
+    fn connection_and_expect_are_read_in_any_case() {
+        let h = p("GET /a HTTP/1.1\r\nhost: x\r\nCONNECTION: Close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+        let h = p("GET http://a/ HTTP/1.1\r\nHost: a\r\nPROXY-CONNECTION: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keep_alive);
+        let h = p("GET /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keep_alive);
+        let h =
+            p("POST /a HTTP/1.1\r\nHOST: x\r\nexpect: 100-Continue\r\ncontent-length: 3\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert!(h.expect_continue);
+        assert_eq!(h.framing, Framing::Length(3));
+        let h = p("POST /a HTTP/1.0\r\nexpect: 100-continue\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.expect_continue, "HTTP/1.0 has no 100-continue");
+    }
+
+    /// The header slots are left uninitialised: the limit still holds at its edge.
+    #[test]
+    fn header_count_limit_holds_at_its_edge() {
+        let limits = HeadLimits {
+            max_head_bytes: 64 * 1024,
+            max_headers: 5,
+        };
+        let head = |n: usize| {
+            let mut s = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+            for i in 1..n {
+                s.push_str(&format!("X-{i}: {i}\r\n"));
+            }
+            s.push_str("\r\n");
+            BytesMut::from(s.as_str())
+        };
+        let h = parse(&mut head(5), limits).unwrap().unwrap();
+        assert_eq!(h.headers.len(), 5);
+        assert_eq!(h.headers["x-4"], "4");
+        assert_eq!(
+            parse(&mut head(6), limits).unwrap_err(),
+            HeadError::TooManyHeaders
+        );
+        // And the cap of 256 slots, whatever the setting.
+        let wide = HeadLimits {
+            max_head_bytes: 64 * 1024,
+            max_headers: 10_000,
+        };
+        assert!(parse(&mut head(256), wide).unwrap().is_some());
+        assert_eq!(
+            parse(&mut head(257), wide).unwrap_err(),
+            HeadError::TooManyHeaders
+        );
     }
 
     #[test]
