@@ -11,7 +11,8 @@
 //! into addresses for every connection, with a cache.
 //!
 //! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
-//! (request-head parsing, the parser hyper itself uses), ipnet (ACL networks),
+//! (request-head parsing, the parser hyper itself uses), h2 (HTTP/2 to clients, hyper's own
+//! HTTP/2 crate, used directly: see `client::h2`), ipnet (ACL networks),
 //! hickory-resolver (DNS, under [`resolver`]'s cache), socket2 (the listening socket's
 //! backlog), rustix (`poll` for the acceptor threads and the open files limit, without
 //! `unsafe`), serde_json (the replayable trace's lines, [`trace`]), and trove's own rules

@@ -64,10 +64,19 @@ fn server_tls(
     let Some(settings) = &l.tls else {
         return Ok(None);
     };
-    let tls = ServerTls::new(settings, Arc::clone(counters))
+    let tls = ServerTls::new(settings, alpn(l.http2), Arc::clone(counters))
         .map_err(|e| format!("listener[{i}].tls: {e}"))?;
     tls.watch(CERT_WATCH_EVERY);
     Ok(Some(tls))
+}
+
+/// What a TLS listener offers by ALPN: HTTP/2 first where it is on.
+fn alpn(http2: bool) -> &'static [&'static [u8]] {
+    if http2 {
+        &[b"h2", b"http/1.1"]
+    } else {
+        &[b"http/1.1"]
+    }
 }
 
 pub use crate::state::Current;
@@ -78,6 +87,8 @@ struct AcceptorHandle {
     configured: SocketAddr,
     bound: SocketAddr,
     mode: Arc<AtomicU8>,
+    /// `http2` (a reload may change it).
+    http2: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     tls: TlsSlot,
 }
@@ -127,11 +138,11 @@ async fn start_inner(settings: Settings, lower: Option<&dyn OpenLower>) -> io::R
     // is only known once bound) before the first request is accepted.
     let mut bound = Vec::new();
     for (i, l) in settings.listeners.iter().enumerate() {
-        bound.push((bind_named(i, l.addr, backlog)?, l.mode, l.addr, i));
+        bound.push((bind_named(i, l.addr, backlog)?, i));
     }
     let own: Vec<SocketAddr> = bound
         .iter()
-        .map(|(l, _, _, _)| l.local_addr())
+        .map(|(l, _)| l.local_addr())
         .collect::<io::Result<_>>()?;
     let shared = Arc::new(match lower {
         Some(lower) => Shared::with_lower(settings, &own, lower)?,
@@ -155,8 +166,9 @@ async fn start_inner(settings: Settings, lower: Option<&dyn OpenLower>) -> io::R
         runtime: tokio::runtime::Handle::current(),
         handshakes: crate::handshake::permits(),
     };
-    for (listener, mode, configured, i) in bound {
-        running.spawn_acceptor(listener, mode, configured, tls[i].take())?;
+    let listeners = running.shared.settings.listeners.clone();
+    for (listener, i) in bound {
+        running.spawn_acceptor(listener, &listeners[i], tls[i].take())?;
     }
     Ok(running)
 }
@@ -180,21 +192,23 @@ impl Running {
     fn spawn_acceptor(
         &mut self,
         listener: std::net::TcpListener,
-        mode: Mode,
-        configured: SocketAddr,
+        l: &crate::settings::ListenerSettings,
         tls: Option<Arc<ServerTls>>,
     ) -> io::Result<()> {
         let bound = listener.local_addr()?;
+        let configured = l.addr;
         let handle = AcceptorHandle {
             configured,
             bound,
-            mode: Arc::new(AtomicU8::new(mode_code(mode))),
+            mode: Arc::new(AtomicU8::new(mode_code(l.mode))),
+            http2: Arc::new(AtomicBool::new(l.http2)),
             stop: Arc::new(AtomicBool::new(false)),
             tls: Arc::new(parking_lot::Mutex::new(tls)),
         };
         let acceptor = Acceptor {
             listener,
             mode: Arc::clone(&handle.mode),
+            http2: Arc::clone(&handle.http2),
             stop: Arc::clone(&handle.stop),
             tls: Arc::clone(&handle.tls),
             handshakes: Arc::clone(&self.handshakes),
@@ -236,7 +250,9 @@ impl Running {
                 .find(|a| a.configured == l.addr)
                 .and_then(|a| a.tls.lock().clone());
             tls.push(match (&l.tls, current) {
-                (Some(wanted), Some(cur)) if cur.settings() == wanted => {
+                (Some(wanted), Some(cur))
+                    if cur.settings() == wanted && cur.alpn().iter().eq(alpn(l.http2)) =>
+                {
                     cur.reload()
                         .map_err(|e| format!("listener[{i}].tls: {e}"))?;
                     Some(cur)
@@ -245,7 +261,7 @@ impl Running {
             });
             if !self.acceptors.iter().any(|a| a.configured == l.addr) {
                 let listener = bind_named(i, l.addr, backlog).map_err(|e| e.to_string())?;
-                fresh.push((listener, l.mode, l.addr, i));
+                fresh.push((listener, i));
             }
         }
         let mut own: Vec<SocketAddr> = self
@@ -254,7 +270,7 @@ impl Running {
             .filter(|a| settings.listeners.iter().any(|l| l.addr == a.configured))
             .map(|a| a.bound)
             .collect();
-        for (l, _, _, _) in &fresh {
+        for (l, _) in &fresh {
             own.push(l.local_addr().map_err(|e| e.to_string())?);
         }
         let mut report = Reloaded::default();
@@ -293,6 +309,7 @@ impl Running {
             |a| match wanted.iter().position(|l| l.addr == a.configured) {
                 Some(i) => {
                     a.mode.store(mode_code(wanted[i].mode), Ordering::Relaxed);
+                    a.http2.store(wanted[i].http2, Ordering::Relaxed);
                     *a.tls.lock() = tls[i].clone();
                     true
                 }
@@ -303,11 +320,12 @@ impl Running {
                 }
             },
         );
-        for (listener, mode, configured, i) in fresh {
+        for (listener, i) in fresh {
             if let Ok(addr) = listener.local_addr() {
                 report.listening.push(addr);
             }
-            self.spawn_acceptor(listener, mode, configured, tls[i].take())
+            let l = self.shared.settings.listeners[i].clone();
+            self.spawn_acceptor(listener, &l, tls[i].take())
                 .map_err(|e| e.to_string())?;
         }
         self.refresh_addrs();
@@ -400,6 +418,8 @@ struct Acceptor {
     listener: std::net::TcpListener,
     /// A reload may change it ([`mode_code`]).
     mode: Arc<AtomicU8>,
+    /// The listener's `http2` (a reload may change it).
+    http2: Arc<AtomicBool>,
     /// The certificates of a TLS listener (a reload may change them).
     tls: TlsSlot,
     handshakes: Arc<tokio::sync::Semaphore>,
@@ -531,6 +551,7 @@ impl Acceptor {
             return;
         }
         let mode = mode_of(self.mode.load(Ordering::Relaxed));
+        let http2 = self.http2.load(Ordering::Relaxed);
         let tls = self.tls.lock().clone();
         let handshakes = Arc::clone(&self.handshakes);
         // On a runtime that has shut down the task is dropped unpolled, closing them.
@@ -544,6 +565,7 @@ impl Acceptor {
                     mode,
                     allowed: shared.acl.allows(peer.ip()),
                     tls: tls.is_some(),
+                    http2,
                 };
                 let shared = Arc::clone(&shared);
                 let tls = tls.clone();
@@ -558,8 +580,19 @@ impl Acceptor {
                             crate::handshake::accept(tls, stream, &handshakes, timeout).await
                         }
                     };
-                    if let Some(stream) = stream {
-                        conn::serve(stream, info, Arc::clone(&shared)).await;
+                    match stream {
+                        // ALPN chose HTTP/2.
+                        Some(stream) if stream.negotiated_h2() => {
+                            Box::pin(crate::client::h2::serve(
+                                stream,
+                                bytes::Bytes::new(),
+                                info,
+                                Arc::clone(&shared),
+                            ))
+                            .await;
+                        }
+                        Some(stream) => conn::serve(stream, info, Arc::clone(&shared)).await,
+                        None => {}
                     }
                     shared.freed.notify();
                 });

@@ -36,6 +36,11 @@ pub struct ListenerSettings {
     /// Terminate TLS on this listener with these certificates (`tls = { cert, key }`).
     #[serde(default)]
     pub tls: Option<trove_tls::ListenerTlsSettings>,
+    /// Serve HTTP/2 here as well as HTTP/1.1: offered first by ALPN (`h2`) on a TLS
+    /// listener; on a cleartext one, accepted with prior knowledge (`h2c`: a connection
+    /// that opens with the HTTP/2 preface), for deployments behind a load balancer.
+    #[serde(default)]
+    pub http2: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -628,6 +633,7 @@ impl Default for Settings {
                 addr: "127.0.0.1:3128".parse().expect("static"),
                 mode: Mode::Forward,
                 tls: None,
+                http2: false,
             }],
             access: AccessSettings::default(),
             cache: CacheSettings::default(),

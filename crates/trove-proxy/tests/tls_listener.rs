@@ -2,6 +2,7 @@
 //! bad or hostile clients get. Test CAs and certificates are made at run time.
 
 mod kit;
+mod kit_tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use kit::{respond, Origin, TempDir, Trove};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -20,18 +21,7 @@ use trove_proxy::settings::{CertFiles, ListenerTlsSettings};
 use trove_tls::testing::{TestCa, Validity};
 
 fn client_config(ca: &TestCa) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let mut c =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    c.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(c)
+    kit_tls::tls_client(ca, &[b"http/1.1"])
 }
 
 /// A TLS connection to `addr` as `name` (sent as SNI unless it is an address), verified

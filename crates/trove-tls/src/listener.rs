@@ -195,6 +195,8 @@ fn stamps(settings: &ListenerTlsSettings) -> Stamps {
 /// A TLS listener's server side. See the module docs.
 pub struct ServerTls {
     settings: ListenerTlsSettings,
+    /// The application protocols offered by ALPN, in the server's order of preference.
+    alpn: Vec<Vec<u8>>,
     resolver: Arc<SniResolver>,
     acceptor: TlsAcceptor,
     /// The files as last loaded, or as last refused (not retried until they change again).
@@ -217,9 +219,12 @@ pub type ListenerTls = Arc<ServerTls>;
 const SESSION_CACHE: usize = 4096;
 
 impl ServerTls {
-    /// Loads the certificates; an error names the file and the reason.
+    /// Loads the certificates; an error names the file and the reason. `alpn` lists the
+    /// application protocols offered (`b"h2"`, `b"http/1.1"`), preferred first: rustls
+    /// picks the first of them the client offers, and refuses a client offering none.
     pub fn new(
         settings: &ListenerTlsSettings,
+        alpn: &[&[u8]],
         counters: Arc<TlsCounters>,
     ) -> Result<Arc<ServerTls>, ConfigError> {
         let seen = stamps(settings);
@@ -232,12 +237,14 @@ impl ServerTls {
             .map_err(|e| ConfigError(e.to_string()))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.to_vec()).collect();
+        config.alpn_protocols = alpn.clone();
         config.ticketer =
             rustls::crypto::ring::Ticketer::new().map_err(|e| ConfigError(e.to_string()))?;
         config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
         Ok(Arc::new(ServerTls {
             settings: settings.clone(),
+            alpn,
             resolver,
             acceptor: TlsAcceptor::from(Arc::new(config)),
             seen: Mutex::new(seen),
@@ -247,6 +254,11 @@ impl ServerTls {
 
     pub fn settings(&self) -> &ListenerTlsSettings {
         &self.settings
+    }
+
+    /// The protocols ALPN offers, as given to [`ServerTls::new`].
+    pub fn alpn(&self) -> &[Vec<u8>] {
+        &self.alpn
     }
 
     pub fn acceptor(&self) -> &TlsAcceptor {
@@ -377,7 +389,7 @@ mod tests {
             key: site.key.clone(),
             sni: vec![],
         };
-        let tls = ServerTls::new(&settings, Arc::default()).unwrap();
+        let tls = ServerTls::new(&settings, &[b"http/1.1"], Arc::default()).unwrap();
         assert_eq!(tls.reload_if_changed().map(|r| r.is_ok()), None);
         let other = write(&d, "other", &["site.test"]);
         std::fs::copy(&other.key, &site.key).unwrap();

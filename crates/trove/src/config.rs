@@ -77,6 +77,9 @@ pub struct ListenerEntry {
     pub mode: Option<Mode>,
     /// `tls = { cert = "…", key = "…", sni = [{ cert = "…", key = "…" }] }`: terminate TLS.
     pub tls: Option<trove_proxy::settings::ListenerTlsSettings>,
+    /// `http2 = true`: HTTP/2 beside HTTP/1.1 (ALPN `h2` with `tls`, else prior-knowledge
+    /// `h2c`).
+    pub http2: Option<bool>,
 }
 
 /// An `[[origin]]` entry as written (see [`ListenerEntry`]).
@@ -241,6 +244,7 @@ impl Config {
                     addr,
                     mode,
                     tls: l.tls.clone(),
+                    http2: l.http2.unwrap_or(false),
                 }),
                 _ => {
                     // A key written with a bad value is reported already, as such.

@@ -29,13 +29,12 @@ use std::sync::Arc;
 
 use http::header;
 use http::{HeaderMap, Method, StatusCode};
-use tokio::io::AsyncRead;
 use trove_cache::decide::BodyState;
 use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard, Labeler};
 use trove_cache::{partial, Conditionals, Outcome, Request, Tier, CACHE_STATUS};
 use trove_store::{FileBody, Labels, Lower, Object, Probe};
 
-use crate::client::body::RequestBody;
+use crate::client::body::{ClientBody, NoBody};
 use crate::client::head::RequestHead;
 use crate::client::info::ConnInfo;
 use crate::destination::{Addrs, Blocked, ClientClass, Reach};
@@ -146,12 +145,12 @@ fn origin_labels(
 
 /// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
 /// reply to write.
-pub async fn handle<R: AsyncRead + Unpin>(
+pub async fn handle<B: ClientBody>(
     shared: &Arc<Shared>,
     req: &RequestHead,
     target: &Target,
     info: ConnInfo,
-    body: &mut RequestBody<'_, R>,
+    body: &mut B,
     interim: Option<&InterimSlot>,
 ) -> Reply {
     let body_state = if body.is_done() {
@@ -201,10 +200,10 @@ impl Labeler for OriginLabels<'_> {
 /// per request, so it is kept small: the flow is borrowed (an argument taken by value is
 /// held twice), the origin's answer is boxed, and the sends to the origin (several KiB of
 /// future each, and only a miss waits on one) are boxed where they are awaited.
-async fn run<R: AsyncRead + Unpin>(
+async fn run<B: ClientBody>(
     cx: &mut Ctx<'_>,
     flow: &mut Flow<'_>,
-    mut body: Option<&mut RequestBody<'_, R>>,
+    mut body: Option<&mut B>,
 ) -> Reply {
     let shared = cx.shared;
     let store = &*shared.store;
@@ -543,7 +542,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
             interim: None,
         };
         let mut flow = Flow::background(Request::new(&req.method, &req.headers), target.key(), obj);
-        run::<tokio::io::Empty>(&mut cx, &mut flow, None).await;
+        run::<NoBody>(&mut cx, &mut flow, None).await;
     });
 }
 

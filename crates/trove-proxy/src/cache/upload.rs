@@ -5,13 +5,11 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use tokio::io::AsyncRead;
 use trove_cache::{Conditionals, Outcome};
 
 use super::fetch::{self, Outgoing, Retry};
 use super::Ctx;
-use crate::client::body::{BodyReadError, RequestBody};
-use crate::client::head::Framing;
+use crate::client::body::{BodyReadError, ClientBody};
 use crate::origin::{
     body_channel, Failed, InterimSlot, OriginError, OriginRequestBody, OriginResponse,
 };
@@ -30,15 +28,16 @@ use crate::reply::Reply;
 /// connection from the misses. Buffering every body instead (nginx spools them to disk)
 /// would need memory or a disk per upload; streaming every body would let slow uploads
 /// starve the origin; this bounds both.
-pub(super) async fn send<R: AsyncRead + Unpin>(
+pub(super) async fn send<B: ClientBody>(
     cx: &Ctx<'_>,
-    body: &mut RequestBody<'_, R>,
+    body: &mut B,
 ) -> Result<(Result<OriginResponse, Failed>, bool), Reply> {
     let cap = cx.shared.settings.limits.client_body_buffer;
     // Read up to `cap` bytes, unless the declared length is already more.
     let mut held: Vec<Bytes> = Vec::new();
     let mut held_len = 0u64;
-    let whole = match body.declared_len() {
+    let declared = body.declared_len();
+    let whole = match declared {
         Some(n) if n > cap => false,
         _ => loop {
             match body.next().await {
@@ -70,11 +69,7 @@ pub(super) async fn send<R: AsyncRead + Unpin>(
             },
             None => return Ok((Err(OriginError::Protocol("no upstream").into()), false)),
         }
-        let len = match cx.req.framing {
-            Framing::Length(n) => Some(n),
-            _ => None,
-        };
-        let (tx, b) = body_channel(len);
+        let (tx, b) = body_channel(declared);
         (Some(tx), b)
     };
     let idempotent = matches!(

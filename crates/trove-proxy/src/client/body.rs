@@ -83,6 +83,16 @@ pub struct BodyLimits {
 }
 
 impl BodyLimits {
+    /// How long to wait for the next bytes of a body begun at `start` of which `received`
+    /// bytes have arrived, and the deadline that wait is bounded by.
+    pub(crate) fn next_wait(&self, start: Instant, received: u64) -> (Duration, Instant) {
+        let deadline = self.deadline(start, received);
+        let wait = self
+            .idle
+            .min(deadline.saturating_duration_since(Instant::now()));
+        (wait, deadline)
+    }
+
     /// The deadline once `received` bytes have arrived for a body begun at `start`.
     fn deadline(&self, start: Instant, received: u64) -> Instant {
         let credit = Duration::try_from_secs_f64(received as f64 / self.min_rate.max(1) as f64)
@@ -90,6 +100,54 @@ impl BodyLimits {
         start
             .checked_add(self.deadline.saturating_add(credit))
             .unwrap_or_else(|| start + Duration::from_secs(86_400 * 365))
+    }
+}
+
+/// A client's request body as the cache path reads it, whatever carries it: HTTP/1
+/// framing ([`RequestBody`]) or HTTP/2 DATA frames (`client::h2::body`). Statically
+/// dispatched: the HTTP/1 path is compiled as before.
+pub trait ClientBody: Send {
+    /// The length the request declared, before any of it was read (`None`: unknown).
+    fn declared_len(&self) -> Option<u64>;
+    /// True once the whole body has been read (at once for a request without one).
+    fn is_done(&self) -> bool;
+    /// The next piece of body; `Ok(None)` at the end.
+    fn next(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Option<Bytes>, BodyReadError>> + Send;
+}
+
+impl<R: AsyncRead + Unpin + Send> ClientBody for RequestBody<'_, R> {
+    fn declared_len(&self) -> Option<u64> {
+        RequestBody::declared_len(self)
+    }
+
+    fn is_done(&self) -> bool {
+        RequestBody::is_done(self)
+    }
+
+    fn next(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Option<Bytes>, BodyReadError>> + Send {
+        RequestBody::next(self)
+    }
+}
+
+/// No body at all (a background revalidation's request).
+#[derive(Debug, Clone, Copy)]
+pub struct NoBody;
+
+impl ClientBody for NoBody {
+    fn declared_len(&self) -> Option<u64> {
+        Some(0)
+    }
+
+    fn is_done(&self) -> bool {
+        true
+    }
+
+    async fn next(&mut self) -> Result<Option<Bytes>, BodyReadError> {
+        Ok(None)
     }
 }
 
@@ -157,13 +215,9 @@ impl<'a, R: AsyncRead + Unpin> RequestBody<'a, R> {
 
     async fn need_more(&mut self) -> Result<(), BodyReadError> {
         let start = *self.start.get_or_insert_with(Instant::now);
-        let deadline = self.limits.deadline(start, self.received);
         // Past the deadline, bytes already waiting are still taken (the timeout polls the
         // read once first): the wait may have been ours, streaming to a slow origin.
-        let wait = self
-            .limits
-            .idle
-            .min(deadline.saturating_duration_since(Instant::now()));
+        let (wait, deadline) = self.limits.next_wait(start, self.received);
         match tokio::time::timeout(wait, self.side.fill()).await {
             Err(_) if Instant::now() >= deadline => Err(BodyReadError::TooSlow),
             Err(_) => Err(BodyReadError::TimedOut),

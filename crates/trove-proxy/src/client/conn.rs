@@ -10,6 +10,7 @@ use http::{Method, StatusCode, Version};
 
 use crate::access_log::LogRecord;
 use crate::client::body::{BodyLimits, ReadSide, RequestBody};
+use crate::client::exchange::{self, logged_url, Exchange};
 use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
 use crate::client::respond::write_reply;
@@ -35,9 +36,11 @@ enum HeadRead {
     Head(Box<RequestHead>),
     Closed,
     Bad(HeadError),
+    /// The HTTP/2 preface (the listener takes `h2c`): the bytes read are in the buffer.
+    Http2,
 }
 
-async fn read_head(rs: &mut ReadSide<ClientRead>, shared: &Shared) -> HeadRead {
+async fn read_head(rs: &mut ReadSide<ClientRead>, shared: &Shared, h2c: bool) -> HeadRead {
     let limits = HeadLimits {
         max_head_bytes: shared.settings.limits.max_head_bytes,
         max_headers: shared.settings.limits.max_headers,
@@ -45,10 +48,18 @@ async fn read_head(rs: &mut ReadSide<ClientRead>, shared: &Shared) -> HeadRead {
     let t = &shared.settings.timeouts;
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        match head::parse(&mut rs.buf, limits) {
-            Ok(Some(h)) => return HeadRead::Head(Box::new(h)),
-            Ok(None) => {}
-            Err(e) => return HeadRead::Bad(e),
+        // On a listener with `http2`, a connection may open with the HTTP/2 preface (h2c
+        // with prior knowledge) instead of a request.
+        let preface = h2c && crate::client::h2::may_be_preface(&rs.buf);
+        if preface && rs.buf.len() >= crate::client::h2::PREFACE.len() {
+            return HeadRead::Http2;
+        }
+        if !preface {
+            match head::parse(&mut rs.buf, limits) {
+                Ok(Some(h)) => return HeadRead::Head(Box::new(h)),
+                Ok(None) => {}
+                Err(e) => return HeadRead::Bad(e),
+            }
         }
         // An idle connection may wait `client_idle` for its next request; once a head has
         // begun it must be complete within `client_head` (slowloris).
@@ -108,7 +119,7 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
     let mut w = ClientWriter::new(wr, shared.settings.timeouts.client_write);
     let mut served = 0u64;
     loop {
-        let head = read_head(&mut rs, &shared).await;
+        let head = read_head(&mut rs, &shared, info.http2 && served == 0).await;
         // A reload happened: this request is served under the new settings, and the client
         // is judged again by the new ACL.
         if let Some(newest) = shared.newest() {
@@ -118,6 +129,21 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
         let head = match head {
             HeadRead::Head(h) => h,
             HeadRead::Closed => break,
+            HeadRead::Http2 => {
+                let ClientWriter { io: wr, .. } = w;
+                let ReadSide { io: rd, buf } = rs;
+                if let Some(stream) = rd.reunite(wr) {
+                    // Boxed: an HTTP/1 connection's task should not carry its space.
+                    Box::pin(crate::client::h2::serve_prefixed(
+                        stream,
+                        buf.freeze(),
+                        info,
+                        shared,
+                    ))
+                    .await;
+                }
+                return;
+            }
             HeadRead::Bad(e) => {
                 metrics.bad_requests.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(client = %info.peer, error = %e, "refused malformed request");
@@ -282,61 +308,25 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
         ))
         .await;
         let sent = w.sent - before;
-        let (url_host, url) = match &target {
-            Some(t) => ("", logged_url(info, std::borrow::Cow::Borrowed(t.key()))),
-            None => {
-                let (h, u) = crate::cache::log_url(&head, info.mode);
-                (h, logged_url(info, u))
-            }
-        };
         let elapsed = start.elapsed();
-        // Squid's `…_ABORTED`: the client went away mid-body or mid-response. One gone
-        // mid-body never got the reply: its status is logged as Squid does, 000.
-        let aborted = gone_mid_body || !written.complete;
-        let status = if gone_mid_body {
-            0
-        } else {
-            written.sent_status.unwrap_or(status).as_u16()
-        };
-        shared.log.log(&LogRecord {
-            start: start_wall,
-            elapsed,
-            client: info.peer.ip(),
-            outcome,
-            status,
-            bytes: sent,
-            method: head.method.as_str(),
-            url_host,
-            url: &url,
-            peer: peer.as_deref(),
-            content_type: content_type
-                .as_ref()
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-"),
-            aborted,
-        });
-        if let (Some(c), Some(t)) = (capture, &target) {
-            let c = std::mem::take(&mut *c.lock());
-            shared.trace.request(
-                &crate::trace::Exchange {
-                    start: start_wall,
-                    done: start_wall.checked_add(elapsed).unwrap_or(start_wall),
-                    client: info.peer.ip(),
-                    method: head.method.as_str(),
-                    url: t.key(),
-                    headers: &head.headers,
-                    status,
-                    outcome,
-                    aborted,
-                    bytes: sent,
-                },
-                c,
-            );
-        }
-        metrics.record(outcome, elapsed, sent);
-        if aborted {
-            metrics.client_aborts.fetch_add(1, Ordering::Relaxed);
-        }
+        exchange::record(
+            &shared,
+            Exchange {
+                start: start_wall,
+                elapsed,
+                info,
+                head: &head,
+                target: target.as_ref(),
+                outcome,
+                status,
+                written,
+                gone_mid_body,
+                sent,
+                peer: peer.as_deref(),
+                content_type: content_type.as_ref(),
+                capture,
+            },
+        );
         if !keep_alive || !written.complete || written.must_close {
             if !body_clean && written.complete {
                 // The client may still be sending the body we gave up on (a 408): closing
@@ -346,16 +336,6 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
             }
             break;
         }
-    }
-}
-
-/// The URL as the access log shows it: with the scheme the client used, so a request that
-/// came over TLS is logged `https://…` (as Squid logs its `https_port`), while the cache key
-/// stays the one both schemes of a reverse-proxied site share.
-fn logged_url(info: ConnInfo, url: std::borrow::Cow<'_, str>) -> std::borrow::Cow<'_, str> {
-    match url.strip_prefix("http://") {
-        Some(rest) if info.tls => std::borrow::Cow::Owned(format!("https://{rest}")),
-        _ => url,
     }
 }
 
@@ -497,6 +477,7 @@ mod tests {
             mode: crate::settings::Mode::Forward,
             allowed: true,
             tls: false,
+            http2: false,
         };
         (shared, info)
     }

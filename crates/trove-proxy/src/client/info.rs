@@ -14,4 +14,7 @@ pub struct ConnInfo {
     /// The connection came over TLS (a listener with `tls`): logged as `https://`, and told
     /// to origins in `X-Forwarded-Proto` and `Forwarded`.
     pub tls: bool,
+    /// The listener serves HTTP/2 too (`http2 = true`): on cleartext, a connection opening
+    /// with the HTTP/2 preface is handed to `client::h2`.
+    pub http2: bool,
 }

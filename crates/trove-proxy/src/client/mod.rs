@@ -9,6 +9,8 @@
 
 pub mod body;
 pub mod conn;
+pub mod exchange;
+pub mod h2;
 pub mod head;
 pub mod info;
 pub mod respond;

@@ -1,8 +1,9 @@
 //! Writing a [`Reply`] to the client, streaming its body from wherever it comes.
 
+use std::future::Future;
+
 use bytes::Bytes;
-use http::{Method, StatusCode, Version};
-use tokio::io::AsyncWrite;
+use http::{HeaderMap, Method, StatusCode, Version};
 use trove_store::{BodyError, BodyReader};
 
 use crate::client::write::{ClientWriter, DiskSendError, OutFraming, Sink};
@@ -20,30 +21,151 @@ pub struct Written {
     pub sent_status: Option<StatusCode>,
 }
 
-fn no_body_status(status: StatusCode) -> bool {
+/// A status whose response never has a body.
+pub fn no_body_status(status: StatusCode) -> bool {
     status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
 }
 
-/// Writes `reply` for a request with `method` from a client speaking `version`.
-pub async fn write_reply<W: Sink>(
-    w: &mut ClientWriter<W>,
-    reply: Reply,
-    method: &Method,
-    version: Version,
-    keep_alive: bool,
-) -> Written {
-    write_inner(w, reply, method, version, keep_alive).await
+/// Where a reply is written: an HTTP/1 connection ([`Http1`]) or an HTTP/2 stream
+/// (`client::h2::respond`). [`write_to`] streams every kind of body (stored, still
+/// arriving, resumed, passed through, on disk) the same way to either; a sink only frames.
+pub trait ReplySink: Send {
+    /// Sends the head. `len` is the body's length when known; `head_only` means no body
+    /// follows (HEAD, 204, 304, an empty reply), its length still advertised when known.
+    /// `first` is the body's first bytes (or all of them), sent with the head.
+    fn head(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        wire: &[u8],
+        len: Option<u64>,
+        head_only: bool,
+        first: Option<Bytes>,
+    ) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// More body bytes.
+    fn data(&mut self, b: Bytes) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// The whole body from a lower tier's file, head included.
+    fn disk(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        wire: &[u8],
+        body: &dyn trove_store::FileBody,
+    ) -> impl Future<Output = Result<(), DiskSendError>> + Send;
+    /// A reply that could not be read before its first byte: `status` with no body, and
+    /// the exchange ends there.
+    fn refuse(&mut self, status: StatusCode) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// The body is complete.
+    fn finish(&mut self) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// The connection must close after this reply, whole as it was (HTTP/1 framing by
+    /// close).
+    fn must_close(&self) -> bool;
 }
 
-async fn write_inner<W: Sink>(
+/// An HTTP/1 client connection as a [`ReplySink`]: the framing is chosen at the head.
+pub struct Http1<'a, W> {
+    w: &'a mut ClientWriter<W>,
+    version: Version,
+    keep_alive: bool,
+    framing: OutFraming,
+}
+
+impl<W: Sink + Send> ReplySink for Http1<'_, W> {
+    async fn head(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        wire: &[u8],
+        len: Option<u64>,
+        head_only: bool,
+        first: Option<Bytes>,
+    ) -> std::io::Result<()> {
+        self.framing = if head_only {
+            OutFraming::NoBody {
+                content_length: if no_body_status(status) { None } else { len },
+            }
+        } else {
+            OutFraming::for_body(len, self.version)
+        };
+        self.w
+            .send_head(
+                status,
+                headers,
+                wire,
+                self.framing,
+                self.keep_alive,
+                self.version,
+                first,
+            )
+            .await
+    }
+
+    async fn data(&mut self, b: Bytes) -> std::io::Result<()> {
+        self.w
+            .send_body(b, self.framing == OutFraming::Chunked)
+            .await
+    }
+
+    async fn disk(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        wire: &[u8],
+        body: &dyn trove_store::FileBody,
+    ) -> Result<(), DiskSendError> {
+        self.framing = OutFraming::Length(body.len());
+        self.w
+            .send_disk(status, headers, wire, self.keep_alive, self.version, body)
+            .await
+    }
+
+    async fn refuse(&mut self, status: StatusCode) -> std::io::Result<()> {
+        self.w
+            .send_head(
+                status,
+                &HeaderMap::new(),
+                b"",
+                OutFraming::Length(0),
+                false,
+                self.version,
+                None,
+            )
+            .await
+    }
+
+    async fn finish(&mut self) -> std::io::Result<()> {
+        if self.framing == OutFraming::Chunked {
+            self.w.finish_chunked().await?;
+        }
+        Ok(())
+    }
+
+    fn must_close(&self) -> bool {
+        self.framing == OutFraming::Close
+    }
+}
+
+/// Writes `reply` for a request with `method` from an HTTP/1 client speaking `version`.
+pub async fn write_reply<W: Sink + Send>(
     w: &mut ClientWriter<W>,
     reply: Reply,
     method: &Method,
     version: Version,
     keep_alive: bool,
 ) -> Written {
+    let mut sink = Http1 {
+        w,
+        version,
+        keep_alive,
+        framing: OutFraming::Close,
+    };
+    write_to(&mut sink, reply, method).await
+}
+
+/// Writes `reply`, for a request with `method`, to `sink`.
+pub async fn write_to<S: ReplySink>(sink: &mut S, reply: Reply, method: &Method) -> Written {
     let failed = Written {
         complete: false,
         must_close: true,
@@ -69,11 +191,8 @@ async fn write_inner<W: Sink>(
         ReplyBody::Disk(d) => Some(d.body.len()),
     };
     if head_only {
-        let framing = OutFraming::NoBody {
-            content_length: if no_body_status(status) { None } else { len },
-        };
-        let ok = w
-            .send_head(status, &headers, wire, framing, keep_alive, version, None)
+        let ok = sink
+            .head(status, &headers, wire, len, true, None)
             .await
             .is_ok();
         return Written {
@@ -82,30 +201,18 @@ async fn write_inner<W: Sink>(
             sent_status: None,
         };
     }
-    let framing = OutFraming::for_body(len, version);
-    let chunked = framing == OutFraming::Chunked;
-    let must_close = framing == OutFraming::Close;
     match body {
         // Written as head-only above.
         ReplyBody::Empty { .. } => failed,
         ReplyBody::Bytes(b) => {
-            let ok = w
-                .send_head(
-                    status,
-                    &headers,
-                    wire,
-                    framing,
-                    keep_alive,
-                    version,
-                    Some(b),
-                )
+            if sink
+                .head(status, &headers, wire, len, false, Some(b))
                 .await
-                .is_ok();
-            Written {
-                complete: ok,
-                must_close: must_close || !ok,
-                sent_status: None,
+                .is_err()
+            {
+                return failed;
             }
+            finish(sink).await
         }
         ReplyBody::Stored {
             mut reader,
@@ -126,18 +233,7 @@ async fn write_inner<W: Sink>(
                         _ => None,
                     };
                     if resp.is_none() {
-                        let sent = w
-                            .send_head(
-                                StatusCode::BAD_GATEWAY,
-                                &http::HeaderMap::new(),
-                                b"",
-                                OutFraming::Length(0),
-                                false,
-                                version,
-                                None,
-                            )
-                            .await
-                            .is_ok();
+                        let sent = sink.refuse(StatusCode::BAD_GATEWAY).await.is_ok();
                         return Written {
                             complete: sent,
                             must_close: true,
@@ -148,7 +244,8 @@ async fn write_inner<W: Sink>(
                     None
                 }
             };
-            if w.send_head(status, &headers, wire, framing, keep_alive, version, first)
+            if sink
+                .head(status, &headers, wire, len, false, first)
                 .await
                 .is_err()
             {
@@ -158,7 +255,7 @@ async fn write_inner<W: Sink>(
                 match next(&mut reader, end).await {
                     None => break,
                     Some(Ok(b)) => {
-                        if w.send_body(b, chunked).await.is_err() {
+                        if sink.data(b).await.is_err() {
                             return failed;
                         }
                     }
@@ -186,7 +283,7 @@ async fn write_inner<W: Sink>(
                                 b.truncate(e.saturating_sub(pos) as usize);
                             }
                             pos += b.len() as u64;
-                            if !b.is_empty() && w.send_body(b, chunked).await.is_err() {
+                            if !b.is_empty() && sink.data(b).await.is_err() {
                                 return failed;
                             }
                         }
@@ -196,21 +293,18 @@ async fn write_inner<W: Sink>(
             }
             if end.is_some_and(|e| pos < e) {
                 // The body ended short of the length we announced: never let the client
-                // take what follows on the connection for the rest of this body.
+                // take what follows for the rest of this body.
                 return failed;
             }
-            finish(w, chunked, must_close).await
+            finish(sink).await
         }
         ReplyBody::Disk(d) => {
             use std::sync::atomic::Ordering::Relaxed;
-            match w
-                .send_disk(status, &headers, wire, keep_alive, version, &*d.body)
-                .await
-            {
+            match sink.disk(status, &headers, wire, &*d.body).await {
                 Ok(()) => {
                     d.metrics.sendfile_hits.fetch_add(1, Relaxed);
                     d.metrics.sendfile_bytes.fetch_add(d.body.len(), Relaxed);
-                    finish(w, false, must_close).await
+                    finish(sink).await
                 }
                 Err(DiskSendError::Reused) => {
                     d.metrics.sendfile_aborted.fetch_add(1, Relaxed);
@@ -220,7 +314,8 @@ async fn write_inner<W: Sink>(
             }
         }
         ReplyBody::Origin(mut pass) => {
-            if w.send_head(status, &headers, wire, framing, keep_alive, version, None)
+            if sink
+                .head(status, &headers, wire, len, false, None)
                 .await
                 .is_err()
             {
@@ -233,7 +328,7 @@ async fn write_inner<W: Sink>(
                     Ok(None) => break,
                     Ok(Some(b)) => {
                         let n = b.len() as u64;
-                        if w.send_body(b, chunked).await.is_err() {
+                        if sink.data(b).await.is_err() {
                             pass.abandon(delivered, n);
                             return failed;
                         }
@@ -242,7 +337,7 @@ async fn write_inner<W: Sink>(
                     Err(_) => return failed,
                 }
             }
-            finish(w, chunked, must_close).await
+            finish(sink).await
         }
     }
 }
@@ -255,12 +350,8 @@ async fn next(reader: &mut BodyReader, end: Option<u64>) -> Option<Result<Bytes,
     }
 }
 
-async fn finish<W: AsyncWrite + Unpin>(
-    w: &mut ClientWriter<W>,
-    chunked: bool,
-    must_close: bool,
-) -> Written {
-    if chunked && w.finish_chunked().await.is_err() {
+async fn finish<S: ReplySink>(sink: &mut S) -> Written {
+    if sink.finish().await.is_err() {
         return Written {
             complete: false,
             must_close: true,
@@ -269,7 +360,7 @@ async fn finish<W: AsyncWrite + Unpin>(
     }
     Written {
         complete: true,
-        must_close,
+        must_close: sink.must_close(),
         sent_status: None,
     }
 }

@@ -47,6 +47,14 @@ pub enum ClientWrite {
 }
 
 impl ClientStream {
+    /// Whether TLS's ALPN chose HTTP/2 (`h2`).
+    pub fn negotiated_h2(&self) -> bool {
+        match self {
+            ClientStream::Plain(_) => false,
+            ClientStream::Tls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+
     /// The two halves, each driven on its own.
     pub fn split(self) -> (ClientRead, ClientWrite) {
         match self {

@@ -357,7 +357,8 @@ impl<W: Sink> ClientWriter<W> {
     }
 }
 
-fn disk_error(e: std::io::Error) -> DiskSendError {
+/// A disk read's error: [`DiskSendError::Reused`] when the record's place was reused.
+pub fn disk_error(e: std::io::Error) -> DiskSendError {
     if trove_store::tier::is_reused(&e) {
         DiskSendError::Reused
     } else {

@@ -549,6 +549,7 @@ impl Trove {
                 addr: "127.0.0.1:0".parse().unwrap(),
                 mode,
                 tls: None,
+                http2: false,
             }],
             ..Settings::default()
         };
