@@ -6,6 +6,11 @@
 # before every window, origin requests counted during every window (must be 0).
 #
 #   ROUNDS=3 DURATION=10s IDLE_CONNS=10000 bash bench/tls/run.sh
+#   PROTO=h2 ROUNDS=3 DURATION=10s IDLE_CONNS=10000 bash bench/tls/run.sh    # HTTP/2 (issue 23)
+#
+# PROTO=h2 turns HTTP/2 on in both (nginx `listen … ssl http2`, trove `http2 = true`), loads
+# with `h2load -c CONNS -m STREAMS` instead of wrk, holds idle HTTP/2 connections
+# (idle_tls.py --h2) and skips the handshake rates (the same as HTTP/1's).
 #
 # Measures, per target:
 #   hits      wrk -t1 -c50 --latency over TLS keep-alive, /1k.bin and /100k.bin (cached hits)
@@ -29,6 +34,8 @@ IDLE_CONNS=${IDLE_CONNS:-10000}
 LOAD_CPU=${LOAD_CPU:-0}
 SERVER_CPU=${SERVER_CPU:-1}
 TARGETS=${TARGETS:-"nginx trove"}
+PROTO=${PROTO:-http1}
+STREAMS=${STREAMS:-10}
 RESULTS=${RESULTS:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 CARGO_TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 TROVE_BIN=${TROVE_BIN:-$CARGO_TARGET/release/trove}
@@ -87,6 +94,12 @@ chown -R nobody:nogroup "$RUN/origin" "$RUN/nginx" "$RUN/www" 2>/dev/null || tru
 render "$ROOT/bench/hits/peers/origin.conf" "$RUN/origin/nginx.conf"
 render "$HERE/nginx-tls.conf" "$RUN/nginx/nginx.conf"
 render "$HERE/trove-tls.toml" "$RUN/trove/trove.toml"
+if [ "$PROTO" = h2 ]; then
+    sed -i 's|listen 127.0.0.1:18443 ssl;|listen 127.0.0.1:18443 ssl http2;|' "$RUN/nginx/nginx.conf"
+    sed -i 's|^\(tls = .*\)$|\1\nhttp2 = true|' "$RUN/trove/trove.toml"
+    grep -q 'ssl http2;' "$RUN/nginx/nginx.conf" && grep -q '^http2 = true' "$RUN/trove/trove.toml" \
+        || { log "could not turn HTTP/2 on in the configs"; exit 1; }
+fi
 start origin nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e "$RUN/origin/error.log"
 start nginx nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e "$RUN/nginx/error.log"
 start trove "$TROVE_BIN" serve --config "$RUN/trove/trove.toml"
@@ -118,13 +131,21 @@ for round in $(seq 1 "$ROUNDS"); do
             sleep 0.5
             before=$(origin_lines)
             out="$RESULTS/wrk-$t-$size-r$round.txt"
-            taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-                -H "Host: site.test:${PORT[$t]}" "https://127.0.0.1:${PORT[$t]}/$size.bin" >"$out"
+            if [ "$PROTO" = h2 ]; then
+                taskset -c "$LOAD_CPU" h2load -t1 -c"$CONNS" -m"$STREAMS" -D "${DURATION%s}" \
+                    "https://127.0.0.1:${PORT[$t]}/$size.bin" >"$out"
+                # In wrk's words, for report.py.
+                awk '/^finished in/ { gsub(",", "", $4); print "Requests/sec: " $4 }' "$out" >>"$out"
+            else
+                taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
+                    -H "Host: site.test:${PORT[$t]}" "https://127.0.0.1:${PORT[$t]}/$size.bin" >"$out"
+            fi
             echo "origin_requests_during_window $(($(origin_lines) - before))" >>"$out"
             log "round $round $t $size: $(grep Requests/sec "$out")"
         done
     done
     for t in $TARGETS; do
+        [ "$PROTO" = h2 ] && continue
         for mode in new reuse; do
             out="$RESULTS/stime-$t-$mode-r$round.txt"
             taskset -c "$LOAD_CPU" openssl s_time -connect "127.0.0.1:${PORT[$t]}" -"$mode" \
@@ -142,7 +163,9 @@ if [ "$IDLE_CONNS" -gt 0 ]; then
     for t in $TARGETS; do
         before=$(rss_of "${PGID[$t]}")
         ready="$RUN/idle-$t.ready"
-        setsid taskset -c "$LOAD_CPU" python3 "$HERE/idle_tls.py" --port "${PORT[$t]}" \
+        h2=()
+        [ "$PROTO" = h2 ] && h2=(--h2)
+        setsid taskset -c "$LOAD_CPU" python3 "$HERE/idle_tls.py" "${h2[@]}" --port "${PORT[$t]}" \
             --cafile "$RUN/certs/ca.pem" --count "$IDLE_CONNS" --ready "$ready" \
             >"$RESULTS/idle-$t.txt" 2>&1 &
         holder=$!

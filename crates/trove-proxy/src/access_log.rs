@@ -1,6 +1,8 @@
 //! The access log: one line per request in Squid's native format,
-//! `time elapsed client code/status bytes method URL user hierarchy/peer type`,
-//! so Squid's log tools and `trove sim` read it as they read Squid's. As in Squid, `time`
+//! `time elapsed client code/status bytes method URL user hierarchy/peer type`, and an
+//! eleventh field, the protocol the client spoke (`HTTP/1.1`, `HTTP/2`, `HTTP/1.0`; `-` for
+//! a head too malformed to say), so Squid's log tools and `trove sim`, which read the ten
+//! fields they know and ignore what follows, read it as they read Squid's. As in Squid, `time`
 //! is when the exchange completed (lines are written in that order), `elapsed` how long it
 //! took, so `time - elapsed` is when the request arrived; a client that went away before
 //! the exchange completed gets `_ABORTED` after the result code (`TCP_MISS_ABORTED/200`);
@@ -48,6 +50,19 @@ pub struct LogRecord<'a> {
     pub content_type: &'a str,
     /// The client went away before the exchange completed (mid-body or mid-response).
     pub aborted: bool,
+    /// The protocol the client spoke (`HTTP/2`), or `-`.
+    pub protocol: &'a str,
+}
+
+/// How the log names a request's protocol.
+pub fn protocol(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "-",
+    }
 }
 
 /// How often buffered lines are written out.
@@ -122,6 +137,8 @@ fn write_line(out: &mut String, r: &LogRecord<'_>) {
     out.push_str(peer);
     out.push(' ');
     out.push_str(&sanitize(ct));
+    out.push(' ');
+    out.push_str(r.protocol);
 }
 
 /// `host` of `host:port` or `[v6]:port` (Squid's hierarchy field names the host alone).
@@ -355,10 +372,11 @@ mod tests {
             peer: Some("example.com"),
             content_type: "text/html",
             aborted: false,
+            protocol: "HTTP/1.1",
         });
         assert_eq!(
             line,
-            "1066036250.232     11 127.0.0.1 TCP_MISS/200 1543 GET http://example.com/a_b - HIER_DIRECT/example.com text/html"
+            "1066036250.232     11 127.0.0.1 TCP_MISS/200 1543 GET http://example.com/a_b - HIER_DIRECT/example.com text/html HTTP/1.1"
         );
     }
 
@@ -379,10 +397,11 @@ mod tests {
             peer: Some(peer),
             content_type: "-",
             aborted,
+            protocol: "HTTP/2",
         };
         assert_eq!(
             format_line(&record("127.0.0.1:23080", true)),
-            "1066036251.721   1500 127.0.0.1 TCP_MISS_ABORTED/200 10 POST http://example.com/up - HIER_DIRECT/127.0.0.1 -"
+            "1066036251.721   1500 127.0.0.1 TCP_MISS_ABORTED/200 10 POST http://example.com/up - HIER_DIRECT/127.0.0.1 - HTTP/2"
         );
         for (peer, host) in [
             ("example.com:8080", "example.com"),
@@ -410,10 +429,11 @@ mod tests {
             peer: None,
             content_type: "",
             aborted: false,
+            protocol: "-",
         });
         assert_eq!(
             line,
-            "1001234.574 1234567 ::1 TCP_MEM_HIT/004 0 HEAD http://h/p?q - HIER_NONE/- -"
+            "1001234.574 1234567 ::1 TCP_MEM_HIT/004 0 HEAD http://h/p?q - HIER_NONE/- - -"
         );
     }
 }

@@ -583,13 +583,8 @@ impl Acceptor {
                     match stream {
                         // ALPN chose HTTP/2.
                         Some(stream) if stream.negotiated_h2() => {
-                            Box::pin(crate::client::h2::serve(
-                                stream,
-                                bytes::Bytes::new(),
-                                info,
-                                Arc::clone(&shared),
-                            ))
-                            .await;
+                            Box::pin(crate::client::h2::serve(stream, info, Arc::clone(&shared)))
+                                .await;
                         }
                         Some(stream) => conn::serve(stream, info, Arc::clone(&shared)).await,
                         None => {}

@@ -85,6 +85,19 @@ pub mod names {
     /// Listener certificate sets read again (reload or renewal on disk), by `result`
     /// (`loaded`, `refused`: the old ones kept).
     pub const TLS_CERTIFICATE_RELOADS: &str = "trove_tls_certificate_reloads_total";
+    /// Client connections accepted, by `protocol` (`http/1.1`, which counts 1.0 too;
+    /// `h2`, chosen by ALPN; `h2c`, with prior knowledge).
+    pub const CLIENT_CONNECTIONS_BY_PROTOCOL: &str = "trove_client_connections_by_protocol_total";
+    /// HTTP/2 streams accepted from clients.
+    pub const H2_STREAMS: &str = "trove_client_h2_streams_total";
+    /// HTTP/2 streams being served.
+    pub const H2_STREAMS_OPEN: &str = "trove_client_h2_streams_open";
+    /// HTTP/2 streams trove reset, by `reason` (`write-timeout`: the client gave no window
+    /// for `[timeouts] client_write`; `incomplete`: the reply could not be written whole,
+    /// the client having reset the stream or the body having failed after its head).
+    pub const H2_RESETS_SENT: &str = "trove_client_h2_resets_sent_total";
+    /// HTTP/2 connections trove sent GOAWAY on, by `reason` (`stop`, `idle`).
+    pub const H2_GOAWAYS_SENT: &str = "trove_client_h2_goaways_sent_total";
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
     pub const ORIGIN_FAILURES: &str = "trove_origin_failures_total";
@@ -401,6 +414,21 @@ impl Histogram {
 }
 
 /// All of the proxy's counters.
+/// HTTP/2 to clients (see [`names::H2_STREAMS`] and the names after it).
+#[derive(Debug, Default)]
+pub struct H2Counters {
+    /// Connections on which ALPN chose `h2`.
+    pub alpn: AtomicU64,
+    /// Cleartext connections that opened with the HTTP/2 preface.
+    pub prior_knowledge: AtomicU64,
+    pub streams: AtomicU64,
+    pub streams_open: AtomicI64,
+    pub reset_write_timeout: AtomicU64,
+    pub reset_incomplete: AtomicU64,
+    pub goaway_stop: AtomicU64,
+    pub goaway_idle: AtomicU64,
+}
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub by_outcome: [AtomicU64; Outcome::ALL.len()],
@@ -424,6 +452,8 @@ pub struct Metrics {
     /// The TLS listeners' handshakes and certificate reloads (shared with each
     /// `trove_tls::ServerTls`).
     pub tls: Arc<trove_tls::TlsCounters>,
+    /// HTTP/2 to clients (`client::h2`).
+    pub h2: H2Counters,
     pub origin_requests: AtomicU64,
     pub origin_errors: AtomicU64,
     pub bad_requests: AtomicU64,
@@ -654,6 +684,80 @@ impl Metrics {
                 "{}{{status=\"{c}\"}} {}",
                 names::API_REQUESTS,
                 g(&self.api_requests[i])
+            );
+        }
+    }
+
+    /// The HTTP/2 counters, and client connections by protocol.
+    fn render_h2(&self, out: &mut String) {
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let family = |out: &mut String, name: &str, help: &str, kind: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        let h = &self.h2;
+        family(
+            out,
+            names::CLIENT_CONNECTIONS_BY_PROTOCOL,
+            "Client connections accepted, by protocol.",
+            "counter",
+        );
+        let (h2, h2c) = (g(&h.alpn), g(&h.prior_knowledge));
+        let http1 = g(&self.client_accepted).saturating_sub(h2 + h2c);
+        for (protocol, v) in [("http/1.1", http1), ("h2", h2), ("h2c", h2c)] {
+            let _ = writeln!(
+                out,
+                "{}{{protocol=\"{protocol}\"}} {v}",
+                names::CLIENT_CONNECTIONS_BY_PROTOCOL
+            );
+        }
+        family(
+            out,
+            names::H2_STREAMS,
+            "HTTP/2 streams accepted from clients.",
+            "counter",
+        );
+        let _ = writeln!(out, "{} {}", names::H2_STREAMS, g(&h.streams));
+        family(
+            out,
+            names::H2_STREAMS_OPEN,
+            "HTTP/2 streams being served.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "{} {}",
+            names::H2_STREAMS_OPEN,
+            h.streams_open.load(Ordering::Relaxed)
+        );
+        family(
+            out,
+            names::H2_RESETS_SENT,
+            "HTTP/2 streams reset by trove, by reason.",
+            "counter",
+        );
+        for (reason, c) in [
+            ("write-timeout", &h.reset_write_timeout),
+            ("incomplete", &h.reset_incomplete),
+        ] {
+            let _ = writeln!(
+                out,
+                "{}{{reason=\"{reason}\"}} {}",
+                names::H2_RESETS_SENT,
+                g(c)
+            );
+        }
+        family(
+            out,
+            names::H2_GOAWAYS_SENT,
+            "HTTP/2 connections sent GOAWAY by trove, by reason.",
+            "counter",
+        );
+        for (reason, c) in [("stop", &h.goaway_stop), ("idle", &h.goaway_idle)] {
+            let _ = writeln!(
+                out,
+                "{}{{reason=\"{reason}\"}} {}",
+                names::H2_GOAWAYS_SENT,
+                g(c)
             );
         }
     }
@@ -978,6 +1082,7 @@ impl Metrics {
             let _ = writeln!(out, "{name}{{reason=\"{}\"}} {n}", why.as_str());
         }
         self.render_tls(&mut out);
+        self.render_h2(&mut out);
         out
     }
 }

@@ -235,6 +235,73 @@ async fn request_bodies_are_passed_on() {
     assert_eq!(origin.seen()[0].body, body_of(300_000));
 }
 
+/// An origin's 103 Early Hints reaches an HTTP/2 client as an informational response, its
+/// connection fields dropped, before the final response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_are_forwarded_as_informational_responses() {
+    let origin = Origin::start(|_, _| {
+        kit::Action::Raw(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nConnection: x-hop\r\nX-Hop: 1\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\npage"
+                .to_vec(),
+        )
+    })
+    .await;
+    let trove = h2c_trove(&origin).await;
+    let client = h2c(trove.addr).await;
+    let mut c = client.ready().await.unwrap();
+    let req = http::Request::get("http://site.test/hints")
+        .body(())
+        .unwrap();
+    let (mut resp, _) = c.send_request(req, true).unwrap();
+    let hint = std::future::poll_fn(|cx| resp.poll_informational(cx))
+        .await
+        .expect("an informational response")
+        .unwrap();
+    assert_eq!(hint.status(), 103);
+    assert_eq!(hint.headers()["link"], "</style.css>; rel=preload");
+    assert!(hint.headers().get("x-hop").is_none());
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let got = body.data().await.unwrap().unwrap();
+    assert_eq!(&got[..], b"page");
+}
+
+/// HTTP/2 is counted: connections by protocol, streams, and the access log's eleventh
+/// field says which protocol each request came by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_and_protocols_are_counted_and_logged() {
+    let origin = Origin::start(|_, _| respond(200, &[("cache-control", "max-age=60")], b"x")).await;
+    let trove = h2c_trove(&origin).await;
+    let client = h2c(trove.addr).await;
+    for _ in 0..3 {
+        send(&client, "GET", "http://site.test/c", None)
+            .await
+            .unwrap();
+    }
+    kit::get(&trove, "http://site.test/c", &[]).await;
+    let lines = trove.log_lines(4).await;
+    assert!(lines[0].ends_with(" HTTP/2"), "{}", lines[0]);
+    assert!(lines[3].ends_with(" HTTP/1.1"), "{}", lines[3]);
+    use trove_proxy::metrics::names;
+    assert_eq!(trove.metric(names::H2_STREAMS), 3.0);
+    assert_eq!(
+        trove.metric(&format!(
+            "{}{{protocol=\"h2c\"}}",
+            names::CLIENT_CONNECTIONS_BY_PROTOCOL
+        )),
+        1.0
+    );
+    assert_eq!(
+        trove.metric(&format!(
+            "{}{{protocol=\"http/1.1\"}}",
+            names::CLIENT_CONNECTIONS_BY_PROTOCOL
+        )),
+        1.0
+    );
+    assert_eq!(trove.metric(names::H2_STREAMS_OPEN), 0.0);
+}
+
 /// A listener without `http2` answers the preface as today: 505.
 #[tokio::test]
 async fn a_preface_without_http2_is_505() {
@@ -285,6 +352,13 @@ async fn a_stop_sends_goaway_and_lets_streams_finish() {
         .await
         .expect("the connection ends");
     assert!(end.unwrap().is_ok(), "GOAWAY(NO_ERROR), not an error");
+    assert_eq!(
+        trove.metric(&format!(
+            "{}{{reason=\"stop\"}}",
+            trove_proxy::metrics::names::H2_GOAWAYS_SENT
+        )),
+        1.0
+    );
 }
 
 /// Over TLS, ALPN offers h2 first: a client offering both gets h2 (miss then hit); one

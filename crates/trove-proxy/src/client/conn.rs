@@ -13,10 +13,10 @@ use crate::client::body::{BodyLimits, ReadSide, RequestBody};
 use crate::client::exchange::{self, logged_url, Exchange};
 use crate::client::head::{self, HeadError, HeadLimits, RequestHead};
 pub use crate::client::info::ConnInfo;
-use crate::client::respond::write_reply;
+use crate::client::respond::{forward_interim, write_reply};
 use crate::client::transport::{ClientRead, ClientStream, ClientWrite};
 use crate::client::write::ClientWriter;
-use crate::origin::{Forwarded, InterimSlot};
+use crate::origin::InterimSlot;
 use crate::reply::Reply;
 use crate::settings::Mode;
 use crate::state::Shared;
@@ -171,6 +171,7 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
                     peer: None,
                     content_type: "text/plain",
                     aborted: false,
+                    protocol: "-",
                 });
                 metrics.record(
                     Outcome::None,
@@ -224,6 +225,7 @@ pub async fn serve(stream: ClientStream, mut info: ConnInfo, mut shared: Arc<Sha
                 peer: (result.status == StatusCode::OK).then_some(url.as_str()),
                 content_type: "-",
                 aborted: false,
+                protocol: crate::access_log::protocol(head.version),
             });
             metrics.record(outcome, start.elapsed(), result.bytes_to_client);
             return;
@@ -391,36 +393,9 @@ async fn upgraded(
         peer: Some(&peer),
         content_type: "-",
         aborted: false,
+        protocol: crate::access_log::protocol(head.version),
     });
     shared.metrics.record(Outcome::Tunnel, elapsed, bytes);
-}
-
-/// Waits for `reply`, writing the origin's interim (1xx) responses to the client meanwhile,
-/// in the order they came and all before the final response (hyper reports each one before
-/// it hands over the final head). Once a write fails the rest are dropped; the reply's own
-/// write then finds out what became of the client.
-async fn forward_interim(
-    reply: impl std::future::Future<Output = Reply>,
-    interim: &InterimSlot,
-    w: &mut ClientWriter<ClientWrite>,
-) -> Reply {
-    let mut reply = std::pin::pin!(reply);
-    let mut open = true;
-    loop {
-        let (heads, done) = match interim.next(&mut reply).await {
-            Forwarded::Heads(h) => (h, None),
-            Forwarded::Done(r, h) => (h, Some(r)),
-        };
-        for h in heads {
-            if !open {
-                break;
-            }
-            open = w.send_interim(h.status, &h.headers).await.is_ok();
-        }
-        if let Some(r) = done {
-            return r;
-        }
-    }
 }
 
 /// Closes after an error response without losing it: a close with unread bytes in the

@@ -69,6 +69,7 @@ pub fn record(shared: &Shared, x: Exchange<'_>) {
         peer: x.peer,
         content_type: x.content_type.and_then(|v| v.to_str().ok()).unwrap_or("-"),
         aborted,
+        protocol: crate::access_log::protocol(x.head.version),
     });
     if let (Some(c), Some(t)) = (x.capture, x.target) {
         let c = std::mem::take(&mut *c.lock());

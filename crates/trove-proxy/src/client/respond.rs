@@ -7,6 +7,7 @@ use http::{HeaderMap, Method, StatusCode, Version};
 use trove_store::{BodyError, BodyReader};
 
 use crate::client::write::{ClientWriter, DiskSendError, OutFraming, Sink};
+use crate::origin::{Forwarded, InterimSlot};
 use crate::reply::{Reply, ReplyBody};
 
 /// How writing went.
@@ -26,6 +27,54 @@ pub fn no_body_status(status: StatusCode) -> bool {
     status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
+}
+
+/// Where interim (1xx) responses are written: an HTTP/1 connection (a status line and
+/// fields), or an HTTP/2 stream (an informational HEADERS frame).
+pub trait InterimSink: Send {
+    fn send_interim(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> impl Future<Output = std::io::Result<()>> + Send;
+}
+
+impl<W: Sink + Send> InterimSink for ClientWriter<W> {
+    fn send_interim(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> impl Future<Output = std::io::Result<()>> + Send {
+        ClientWriter::send_interim(self, status, headers)
+    }
+}
+
+/// Waits for `reply`, writing the origin's interim (1xx) responses to the client meanwhile,
+/// in the order they came and all before the final response (hyper reports each one before
+/// it hands over the final head). Once a write fails the rest are dropped; the reply's own
+/// write then finds out what became of the client.
+pub async fn forward_interim<S: InterimSink>(
+    reply: impl Future<Output = Reply>,
+    interim: &InterimSlot,
+    w: &mut S,
+) -> Reply {
+    let mut reply = std::pin::pin!(reply);
+    let mut open = true;
+    loop {
+        let (heads, done) = match interim.next(&mut reply).await {
+            Forwarded::Heads(h) => (h, None),
+            Forwarded::Done(r, h) => (h, Some(r)),
+        };
+        for h in heads {
+            if !open {
+                break;
+            }
+            open = w.send_interim(h.status, &h.headers).await.is_ok();
+        }
+        if let Some(r) = done {
+            return r;
+        }
+    }
 }
 
 /// Where a reply is written: an HTTP/1 connection ([`Http1`]) or an HTTP/2 stream

@@ -37,13 +37,14 @@ pub const CONNECTION_WINDOW: u32 = 1 << 20;
 pub const SEND_BUFFER: usize = 32 << 10;
 
 /// Serves a connection on which ALPN chose `h2`, counted as a client connection.
-pub async fn serve(stream: ClientStream, read: Bytes, info: ConnInfo, shared: Arc<Shared>) {
+pub async fn serve(stream: ClientStream, info: ConnInfo, shared: Arc<Shared>) {
     shared
         .metrics
         .client_accepted
         .fetch_add(1, Ordering::Relaxed);
+    shared.metrics.h2.alpn.fetch_add(1, Ordering::Relaxed);
     let _open = OpenGuard::new(Arc::clone(&shared.metrics));
-    serve_prefixed(stream, read, info, shared).await;
+    drive(stream, info, shared).await;
 }
 
 /// Serves an HTTP/2 connection whose first bytes, `read`, were already read (the h2c
@@ -54,6 +55,11 @@ pub async fn serve_prefixed(
     info: ConnInfo,
     shared: Arc<Shared>,
 ) {
+    shared
+        .metrics
+        .h2
+        .prior_knowledge
+        .fetch_add(1, Ordering::Relaxed);
     drive(Prefixed { read, io: stream }, info, shared).await;
 }
 
@@ -142,6 +148,13 @@ where
             Woke::Accepted(None) => break,
             Woke::StreamDone => {}
             Woke::Stop | Woke::Idle => {
+                let h2 = &shared.metrics.h2;
+                let c = if matches!(woke, Woke::Stop) {
+                    &h2.goaway_stop
+                } else {
+                    &h2.goaway_idle
+                };
+                c.fetch_add(1, Ordering::Relaxed);
                 conn.graceful_shutdown();
                 draining = true;
             }

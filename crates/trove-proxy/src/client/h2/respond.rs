@@ -18,7 +18,7 @@ use h2::{Reason, SendStream};
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use crate::client::respond::{no_body_status, ReplySink};
+use crate::client::respond::{no_body_status, InterimSink, ReplySink};
 use crate::client::write::{disk_error, DiskSendError};
 
 /// Most bytes read from a disk record at a time for a stream (no `sendfile` past framing).
@@ -34,6 +34,8 @@ pub struct H2Sink {
     pub sent: u64,
     /// END_STREAM was sent.
     pub ended: bool,
+    /// The stream was reset for want of flow-control capacity.
+    pub stalled: bool,
 }
 
 fn broken(e: h2::Error) -> std::io::Error {
@@ -48,14 +50,22 @@ impl H2Sink {
             stall,
             sent: 0,
             ended: false,
+            stalled: false,
         }
     }
 
-    /// Sends a 1xx (100 Continue before a request body is read).
-    pub fn informational(&mut self, status: StatusCode) {
+    /// Sends a 1xx (100 Continue before a request body is read, 103 Early Hints from the
+    /// origin).
+    pub fn informational(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> std::io::Result<()> {
         let mut r = Response::new(());
         *r.status_mut() = status;
-        let _ = self.respond.send_informational(r);
+        *r.headers_mut() = headers.clone();
+        trove_http::connection::strip_connection_fields(r.headers_mut());
+        self.respond.send_informational(r).map_err(broken)
     }
 
     /// Ends the stream with `reason` (a reply that failed midway, or was never sent).
@@ -120,6 +130,16 @@ fn http1_length(status: StatusCode, h: &HeaderMap) -> u64 {
     (fields + "HTTP/1.1 200 ".len() + status.canonical_reason().unwrap_or("").len() + 4) as u64
 }
 
+impl InterimSink for H2Sink {
+    async fn send_interim(
+        &mut self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> std::io::Result<()> {
+        self.informational(status, headers)
+    }
+}
+
 impl ReplySink for H2Sink {
     async fn head(
         &mut self,
@@ -157,6 +177,7 @@ impl ReplySink for H2Sink {
                     Ok(None) => return Err(std::io::Error::other("stream closed")),
                     Err(_) => {
                         s.send_reset(Reason::CANCEL);
+                        self.stalled = true;
                         return Err(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             "client did not open its window in time",

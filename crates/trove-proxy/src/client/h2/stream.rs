@@ -1,6 +1,7 @@
 //! One HTTP/2 stream, from its request head to its log line: the HTTP/1 connection loop's
 //! per-request part (`client::conn`), over a stream.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -17,9 +18,28 @@ use crate::client::body::{BodyLimits, ClientBody};
 use crate::client::exchange::{self, Exchange};
 use crate::client::head::{Framing, HeadLimits};
 use crate::client::info::ConnInfo;
-use crate::client::respond::write_to;
+use crate::client::respond::{forward_interim, write_to};
+use crate::metrics::Metrics;
+use crate::origin::InterimSlot;
 use crate::reply::Reply;
 use crate::state::Shared;
+
+/// Counts a stream open for as long as it is served.
+struct StreamGuard(Arc<Metrics>);
+
+impl StreamGuard {
+    fn new(metrics: &Arc<Metrics>) -> StreamGuard {
+        metrics.h2.streams.fetch_add(1, Ordering::Relaxed);
+        metrics.h2.streams_open.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(Arc::clone(metrics))
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.h2.streams_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Serves one stream to the end.
 pub async fn serve(
@@ -30,6 +50,7 @@ pub async fn serve(
 ) {
     let start_wall = SystemTime::now();
     let start = Instant::now();
+    let _open = StreamGuard::new(&shared.metrics);
     let (parts, recv) = req.into_parts();
     let limits = HeadLimits {
         max_head_bytes: shared.settings.limits.max_head_bytes,
@@ -68,14 +89,18 @@ pub async fn serve(
         Err(refused) => (None, *refused),
         Ok(target) => {
             if head.expect_continue && !body.is_done() {
-                sink.informational(StatusCode::CONTINUE);
+                let _ = sink.informational(StatusCode::CONTINUE, &http::HeaderMap::new());
             }
             capture = shared.trace.capture();
+            let interim = InterimSlot::for_client(head.version);
             let handled = Box::pin(crate::trace::scope(capture.clone(), || {
-                crate::cache::handle(&shared, &head, &target, info, &mut body, None)
-            }))
-            .await;
-            (Some(target), handled)
+                crate::cache::handle(&shared, &head, &target, info, &mut body, interim.as_ref())
+            }));
+            let reply = match &interim {
+                Some(interim) => Box::pin(forward_interim(handled, interim, &mut sink)).await,
+                None => handled.await,
+            };
+            (Some(target), reply)
         }
     };
     let outcome = reply.outcome;
@@ -83,9 +108,13 @@ pub async fn serve(
     let peer = reply.peer.clone();
     let content_type = reply.headers.get(http::header::CONTENT_TYPE).cloned();
     let written = Box::pin(write_to(&mut sink, reply, &head.method)).await;
-    if !written.complete {
+    let h2 = &shared.metrics.h2;
+    if sink.stalled {
+        h2.reset_write_timeout.fetch_add(1, Ordering::Relaxed);
+    } else if !written.complete {
         // Never an END_STREAM for a body cut short.
         sink.reset(Reason::INTERNAL_ERROR);
+        h2.reset_incomplete.fetch_add(1, Ordering::Relaxed);
     }
     exchange::record(
         &shared,
