@@ -139,6 +139,8 @@ pub struct Raw {
     frames: mpsc::UnboundedReceiver<Frame>,
     /// The write side failed (the server closed).
     pub broken: bool,
+    /// Frames [`Raw::until_goaway`] read past, by type (types over 9 in the last slot).
+    pub seen: [usize; 11],
 }
 
 impl Raw {
@@ -175,6 +177,7 @@ impl Raw {
             w,
             frames,
             broken: false,
+            seen: [0; 11],
         };
         let mut out = PREFACE.to_vec();
         out.extend(frame(SETTINGS, 0, 0, &settings_payload(settings)));
@@ -229,13 +232,14 @@ impl Raw {
                 Err(_) => return End::TimedOut,
                 Ok(None) => return End::Closed,
                 Ok(Some(f)) if f.kind == GOAWAY && f.payload.len() >= 8 => {
+                    self.seen[GOAWAY as usize] += 1;
                     let p = &f.payload;
                     return End::GoAway {
                         last: u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff,
                         code: u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
                     };
                 }
-                Ok(Some(_)) => {}
+                Ok(Some(f)) => self.seen[usize::from(f.kind.min(10))] += 1,
             }
         }
     }

@@ -9,6 +9,10 @@
 //!   from `max_head_bytes` itself, logged), the HPACK table at 4 KiB, receive windows at
 //!   [`STREAM_WINDOW`] per stream and [`CONNECTION_WINDOW`] in all, and what h2 buffers to
 //!   send at [`SEND_BUFFER`] per stream.
+//! - Control frames (PING, SETTINGS, WINDOW_UPDATE, RST_STREAM, PRIORITY, unknown types)
+//!   spend a budget that useful work earns back ([`super::meter`]); a connection that
+//!   spends it is closed with GOAWAY ENHANCE_YOUR_CALM (h2 bounds the memory of those
+//!   floods but never ends them).
 //! - A graceful stop sends GOAWAY (h2 sends the last stream id after a PING round trip);
 //!   streams in flight finish. A connection without streams for `[timeouts] client_idle`
 //!   is closed the same way. A reload applies to each stream as it is accepted, as it does
@@ -22,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
 use super::io::Prefixed;
+use super::meter::{Budget, Metered};
 use crate::client::conn::OpenGuard;
 use crate::client::info::ConnInfo;
 use crate::client::transport::ClientStream;
@@ -69,6 +74,7 @@ enum Woke {
     StreamDone,
     Stop,
     Idle,
+    Flood,
 }
 
 async fn drive<T>(io: T, mut info: ConnInfo, mut shared: Arc<Shared>)
@@ -87,7 +93,9 @@ where
         .max_concurrent_reset_streams(50)
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
-    let handshake = builder.handshake::<T, Bytes>(io);
+    let budget = Arc::new(Budget::new());
+    let io = Metered::new(io, Arc::clone(&budget));
+    let handshake = builder.handshake::<Metered<T>, Bytes>(io);
     let mut conn = match tokio::time::timeout(shared.settings.timeouts.client_head, handshake).await
     {
         Ok(Ok(c)) => c,
@@ -99,6 +107,7 @@ where
     };
     let mut streams: JoinSet<()> = JoinSet::new();
     let mut draining = false;
+    let mut calmed = false;
     loop {
         let full = streams.len() >= MAX_STREAMS;
         let idle = streams.is_empty() && !draining;
@@ -118,10 +127,12 @@ where
             Some(_) = streams.join_next(), if !streams.is_empty() => Woke::StreamDone,
             () = shared.lifecycle.stopped(), if !draining => Woke::Stop,
             () = tokio::time::sleep(client_idle), if idle => Woke::Idle,
+            () = budget.spent(), if !calmed => Woke::Flood,
         };
         match woke {
             Woke::Accepted(Some(Ok(incoming))) => {
                 let (req, respond) = *incoming;
+                budget.earn(1);
                 // A reload happened: this stream is served under the new settings, and the
                 // client judged again by the new ACL.
                 if let Some(newest) = shared.newest() {
@@ -141,6 +152,15 @@ where
             }
             Woke::Accepted(None) => break,
             Woke::StreamDone => {}
+            Woke::Flood => {
+                tracing::info!(
+                    client = %info.peer,
+                    frame = budget.spent_on(),
+                    "HTTP/2 control-frame flood: GOAWAY ENHANCE_YOUR_CALM"
+                );
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                calmed = true;
+            }
             Woke::Stop | Woke::Idle => {
                 conn.graceful_shutdown();
                 draining = true;
