@@ -507,3 +507,56 @@ async fn oversized_head_is_431_and_logged() {
     assert_eq!(trove.result(0).await, "NONE_NONE/431");
     assert_eq!(served(&trove, "/other").await, Some(200));
 }
+
+/// A client that asks for a large body and then never reads its socket: the stream is reset
+/// after `[timeouts] client_write`, and the connection, now idle, is closed after
+/// `[timeouts] client_idle` although the GOAWAY can never be written (1 s each here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_connection_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let _one = serial().await;
+    let origin = origin(Arc::default()).await;
+    let trove = trove_h2(&origin, |s| {
+        s.timeouts.client_write = Duration::from_secs(1);
+        s.timeouts.client_idle = Duration::from_secs(1);
+    })
+    .await;
+    // Stored first (over HTTP/1), so it is served from memory as fast as the socket takes.
+    assert_eq!(
+        kit::get(&trove, "http://site.test/big", &[]).await.status,
+        200
+    );
+    let open = "trove_client_connections_open";
+    let before = trove.metric(open);
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut tcp = sock.connect(trove.addr).await.unwrap();
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(
+        SETTINGS,
+        0,
+        0,
+        &settings_payload(&[(INITIAL_WINDOW_SIZE, 0x7fff_ffff)]),
+    ));
+    out.extend(window_update(0, 0x7fff_ffff - 65_535));
+    // Each request's 4 MiB fills the socket buffers many times over.
+    for id in [1u32, 3, 5, 7] {
+        out.extend(headers(
+            id,
+            &Block::request("GET", "/big", "site.test").0,
+            true,
+        ));
+    }
+    tcp.write_all(&out).await.unwrap();
+    assert!(kit::eventually(|| trove.metric(open) == before + 1.0).await);
+    let start = Instant::now();
+    let closed = kit::eventually(|| trove.metric(open) == before).await;
+    println!(
+        "unread connection: closed {closed} after {:?} (connections open {})",
+        start.elapsed(),
+        trove.metric(open)
+    );
+    assert!(closed, "still open after {:?}", start.elapsed());
+    drop(tcp);
+    assert_eq!(served(&trove, "/other").await, Some(200));
+}

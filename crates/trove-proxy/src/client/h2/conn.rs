@@ -15,7 +15,9 @@
 //!   floods but never ends them).
 //! - A graceful stop sends GOAWAY (h2 sends the last stream id after a PING round trip);
 //!   streams in flight finish. A connection without streams for `[timeouts] client_idle`
-//!   is closed the same way. A reload applies to each stream as it is accepted, as it does
+//!   is closed the same way. A connection closing with no stream left (or closed for a
+//!   flood) is dropped if it has not closed within `[timeouts] client_write`: a client
+//!   that reads nothing would otherwise hold it for ever, its GOAWAY never written. A reload applies to each stream as it is accepted, as it does
 //!   to each HTTP/1 request.
 
 use std::sync::atomic::Ordering;
@@ -75,6 +77,7 @@ enum Woke {
     Stop,
     Idle,
     Flood,
+    CloseTimedOut,
 }
 
 async fn drive<T>(io: T, mut info: ConnInfo, mut shared: Arc<Shared>)
@@ -108,7 +111,14 @@ where
     let mut streams: JoinSet<()> = JoinSet::new();
     let mut draining = false;
     let mut calmed = false;
+    let mut close_by: Option<tokio::time::Instant> = None;
     loop {
+        if calmed || (draining && streams.is_empty()) {
+            let client_write = shared.settings.timeouts.client_write;
+            close_by.get_or_insert_with(|| tokio::time::Instant::now() + client_write);
+        } else {
+            close_by = None;
+        }
         let full = streams.len() >= MAX_STREAMS;
         let idle = streams.is_empty() && !draining;
         let client_idle = shared.settings.timeouts.client_idle;
@@ -128,6 +138,8 @@ where
             () = shared.lifecycle.stopped(), if !draining => Woke::Stop,
             () = tokio::time::sleep(client_idle), if idle => Woke::Idle,
             () = budget.spent(), if !calmed => Woke::Flood,
+            () = tokio::time::sleep_until(close_by.unwrap_or_else(tokio::time::Instant::now)),
+                if close_by.is_some() => Woke::CloseTimedOut,
         };
         match woke {
             Woke::Accepted(Some(Ok(incoming))) => {
@@ -151,6 +163,10 @@ where
                 break;
             }
             Woke::Accepted(None) => break,
+            Woke::CloseTimedOut => {
+                tracing::debug!(client = %info.peer, "HTTP/2 connection not closed in time: dropped");
+                break;
+            }
             Woke::StreamDone => {}
             Woke::Flood => {
                 tracing::info!(
