@@ -9,9 +9,15 @@
 //!   from `max_head_bytes` itself, logged), the HPACK table at 4 KiB, receive windows at
 //!   [`STREAM_WINDOW`] per stream and [`CONNECTION_WINDOW`] in all, and what h2 buffers to
 //!   send at [`SEND_BUFFER`] per stream.
+//! - Control frames (PING, SETTINGS, WINDOW_UPDATE, RST_STREAM, PRIORITY, unknown types)
+//!   spend a budget that useful work earns back ([`super::meter`]); a connection that
+//!   spends it is closed with GOAWAY ENHANCE_YOUR_CALM (h2 bounds the memory of those
+//!   floods but never ends them).
 //! - A graceful stop sends GOAWAY (h2 sends the last stream id after a PING round trip);
 //!   streams in flight finish. A connection without streams for `[timeouts] client_idle`
-//!   is closed the same way. A reload applies to each stream as it is accepted, as it does
+//!   is closed the same way. A connection closing with no stream left (or closed for a
+//!   flood) is dropped if it has not closed within `[timeouts] client_write`: a client
+//!   that reads nothing would otherwise hold it for ever, its GOAWAY never written. A reload applies to each stream as it is accepted, as it does
 //!   to each HTTP/1 request.
 
 use std::sync::atomic::Ordering;
@@ -22,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
 use super::io::Prefixed;
+use super::meter::{Budget, Metered};
 use crate::client::conn::OpenGuard;
 use crate::client::info::ConnInfo;
 use crate::client::transport::ClientStream;
@@ -75,6 +82,8 @@ enum Woke {
     StreamDone,
     Stop,
     Idle,
+    Flood,
+    CloseTimedOut,
 }
 
 async fn drive<T>(io: T, mut info: ConnInfo, mut shared: Arc<Shared>)
@@ -93,7 +102,9 @@ where
         .max_concurrent_reset_streams(50)
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
-    let handshake = builder.handshake::<T, Bytes>(io);
+    let budget = Arc::new(Budget::new());
+    let io = Metered::new(io, Arc::clone(&budget));
+    let handshake = builder.handshake::<Metered<T>, Bytes>(io);
     let mut conn = match tokio::time::timeout(shared.settings.timeouts.client_head, handshake).await
     {
         Ok(Ok(c)) => c,
@@ -105,7 +116,15 @@ where
     };
     let mut streams: JoinSet<()> = JoinSet::new();
     let mut draining = false;
+    let mut calmed = false;
+    let mut close_by: Option<tokio::time::Instant> = None;
     loop {
+        if calmed || (draining && streams.is_empty()) {
+            let client_write = shared.settings.timeouts.client_write;
+            close_by.get_or_insert_with(|| tokio::time::Instant::now() + client_write);
+        } else {
+            close_by = None;
+        }
         let full = streams.len() >= MAX_STREAMS;
         let idle = streams.is_empty() && !draining;
         let client_idle = shared.settings.timeouts.client_idle;
@@ -124,10 +143,14 @@ where
             Some(_) = streams.join_next(), if !streams.is_empty() => Woke::StreamDone,
             () = shared.lifecycle.stopped(), if !draining => Woke::Stop,
             () = tokio::time::sleep(client_idle), if idle => Woke::Idle,
+            () = budget.spent(), if !calmed => Woke::Flood,
+            () = tokio::time::sleep_until(close_by.unwrap_or_else(tokio::time::Instant::now)),
+                if close_by.is_some() => Woke::CloseTimedOut,
         };
         match woke {
             Woke::Accepted(Some(Ok(incoming))) => {
                 let (req, respond) = *incoming;
+                budget.earn(1);
                 // A reload happened: this stream is served under the new settings, and the
                 // client judged again by the new ACL.
                 if let Some(newest) = shared.newest() {
@@ -146,7 +169,20 @@ where
                 break;
             }
             Woke::Accepted(None) => break,
+            Woke::CloseTimedOut => {
+                tracing::debug!(client = %info.peer, "HTTP/2 connection not closed in time: dropped");
+                break;
+            }
             Woke::StreamDone => {}
+            Woke::Flood => {
+                tracing::info!(
+                    client = %info.peer,
+                    frame = budget.spent_on(),
+                    "HTTP/2 control-frame flood: GOAWAY ENHANCE_YOUR_CALM"
+                );
+                conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                calmed = true;
+            }
             Woke::Stop | Woke::Idle => {
                 let h2 = &shared.metrics.h2;
                 let c = if matches!(woke, Woke::Stop) {

@@ -19,6 +19,7 @@ pub mod body;
 mod conn;
 pub mod head;
 mod io;
+mod meter;
 pub mod respond;
 mod stream;
 
