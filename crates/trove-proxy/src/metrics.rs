@@ -96,7 +96,8 @@ pub mod names {
     /// for `[timeouts] client_write`; `incomplete`: the reply could not be written whole,
     /// the client having reset the stream or the body having failed after its head).
     pub const H2_RESETS_SENT: &str = "trove_client_h2_resets_sent_total";
-    /// HTTP/2 connections trove sent GOAWAY on, by `reason` (`stop`, `idle`).
+    /// HTTP/2 connections trove sent GOAWAY on, by `reason` (`stop`, `idle`; `flood`: a
+    /// control-frame flood, closed with ENHANCE_YOUR_CALM, `client::h2::meter`).
     pub const H2_GOAWAYS_SENT: &str = "trove_client_h2_goaways_sent_total";
     /// Failed origin requests, by `upstream` (its host and port) and `reason` (the core's
     /// `OriginFailure`: `dns-error`, `connection-refused`, `timeout`, ...).
@@ -427,6 +428,7 @@ pub struct H2Counters {
     pub reset_incomplete: AtomicU64,
     pub goaway_stop: AtomicU64,
     pub goaway_idle: AtomicU64,
+    pub goaway_flood: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -752,7 +754,11 @@ impl Metrics {
             "HTTP/2 connections sent GOAWAY by trove, by reason.",
             "counter",
         );
-        for (reason, c) in [("stop", &h.goaway_stop), ("idle", &h.goaway_idle)] {
+        for (reason, c) in [
+            ("stop", &h.goaway_stop),
+            ("idle", &h.goaway_idle),
+            ("flood", &h.goaway_flood),
+        ] {
             let _ = writeln!(
                 out,
                 "{}{{reason=\"{reason}\"}} {}",

@@ -323,6 +323,12 @@ async fn flood_is_closed(name: &str, one: &[u8]) {
     assert!(replies < 20_000, "{replies}");
     assert!(peak - base < 8 << 20, "grew {} KiB", (peak - base) >> 10);
     assert_eq!(served(&trove, "/other").await, Some(200));
+    // Counted.
+    let flood = format!(
+        "{}{{reason=\"flood\"}}",
+        trove_proxy::metrics::names::H2_GOAWAYS_SENT
+    );
+    assert!(kit::eventually(|| trove.metric(&flood) == 1.0).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,6 +180,11 @@ where
                     frame = budget.spent_on(),
                     "HTTP/2 control-frame flood: GOAWAY ENHANCE_YOUR_CALM"
                 );
+                shared
+                    .metrics
+                    .h2
+                    .goaway_flood
+                    .fetch_add(1, Ordering::Relaxed);
                 conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
                 calmed = true;
             }
