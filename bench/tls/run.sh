@@ -125,6 +125,11 @@ for round in $(seq 1 "$ROUNDS"); do
         for size in 1k 100k; do
             for _ in 1 2 3; do
                 "${CURL[@]}" --resolve "$(resolve "$t")" -o /dev/null "$(url "$t" "/$size.bin")"
+                # h2load names the host as it is in its URL (:authority 127.0.0.1:PORT), and
+                # trove's key has the host: warm that key too (nginx's key has no host).
+                if [ "$PROTO" = h2 ]; then
+                    "${CURL[@]}" -k -o /dev/null "https://127.0.0.1:${PORT[$t]}/$size.bin"
+                fi
             done
             # The origin logs a request after its last byte is sent, which can be after a proxy
             # that streams (trove) has answered the warm-up: let that line land first.
@@ -164,7 +169,7 @@ if [ "$IDLE_CONNS" -gt 0 ]; then
         before=$(rss_of "${PGID[$t]}")
         ready="$RUN/idle-$t.ready"
         h2=()
-        [ "$PROTO" = h2 ] && h2=(--h2)
+        if [ "$PROTO" = h2 ]; then h2=(--h2); fi
         setsid taskset -c "$LOAD_CPU" python3 "$HERE/idle_tls.py" "${h2[@]}" --port "${PORT[$t]}" \
             --cafile "$RUN/certs/ca.pem" --count "$IDLE_CONNS" --ready "$ready" \
             >"$RESULTS/idle-$t.txt" 2>&1 &

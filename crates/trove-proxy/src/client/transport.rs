@@ -55,16 +55,24 @@ impl ClientStream {
         }
     }
 
+    /// Sends small writes at once (no Nagle): a response's head and its body, or an HTTP/2
+    /// frame, must not wait for the client's delayed ACK of the one before.
+    pub fn set_nodelay(&self) {
+        let _ = match self {
+            ClientStream::Plain(s) => s.set_nodelay(true),
+            ClientStream::Tls(s) => s.get_ref().0.set_nodelay(true),
+        };
+    }
+
     /// The two halves, each driven on its own.
     pub fn split(self) -> (ClientRead, ClientWrite) {
+        self.set_nodelay();
         match self {
             ClientStream::Plain(s) => {
-                let _ = s.set_nodelay(true);
                 let (r, w) = s.into_split();
                 (ClientRead::Plain(r), ClientWrite::Plain(w))
             }
             ClientStream::Tls(s) => {
-                let _ = s.get_ref().0.set_nodelay(true);
                 let shared = Arc::new(Mutex::new(s));
                 (
                     ClientRead::Tls(TlsHalf(Arc::clone(&shared))),

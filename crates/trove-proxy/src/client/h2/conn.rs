@@ -50,6 +50,8 @@ pub async fn serve(stream: ClientStream, info: ConnInfo, shared: Arc<Shared>) {
         .client_accepted
         .fetch_add(1, Ordering::Relaxed);
     shared.metrics.h2.alpn.fetch_add(1, Ordering::Relaxed);
+    // As `ClientStream::split` does for HTTP/1 (an h2c connection was split, so has it).
+    stream.set_nodelay();
     let _open = OpenGuard::new(Arc::clone(&shared.metrics));
     drive(stream, info, shared).await;
 }
