@@ -24,10 +24,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
 
-use super::io::Prefixed;
 use super::meter::{Budget, Metered};
 use crate::client::conn::OpenGuard;
 use crate::client::info::ConnInfo;
@@ -53,7 +51,7 @@ pub async fn serve(stream: ClientStream, info: ConnInfo, shared: Arc<Shared>) {
     // As `ClientStream::split` does for HTTP/1 (an h2c connection was split, so has it).
     stream.set_nodelay();
     let _open = OpenGuard::new(Arc::clone(&shared.metrics));
-    drive(stream, info, shared).await;
+    drive(stream, Bytes::new(), info, shared).await;
 }
 
 /// Serves an HTTP/2 connection whose first bytes, `read`, were already read (the h2c
@@ -69,7 +67,7 @@ pub async fn serve_prefixed(
         .h2
         .prior_knowledge
         .fetch_add(1, Ordering::Relaxed);
-    drive(Prefixed { read, io: stream }, info, shared).await;
+    drive(stream, read, info, shared).await;
 }
 
 /// A stream h2 handed over: its request and where its response goes.
@@ -88,10 +86,8 @@ enum Woke {
     CloseTimedOut,
 }
 
-async fn drive<T>(io: T, mut info: ConnInfo, mut shared: Arc<Shared>)
-where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+/// Serves `io` as an HTTP/2 connection, `read` being bytes already read from it.
+async fn drive(io: ClientStream, read: Bytes, mut info: ConnInfo, mut shared: Arc<Shared>) {
     let head_limit = shared.settings.limits.max_head_bytes;
     let mut builder = h2::server::Builder::new();
     builder
@@ -105,8 +101,8 @@ where
         .max_pending_accept_reset_streams(20)
         .max_local_error_reset_streams(Some(1024));
     let budget = Arc::new(Budget::new());
-    let io = Metered::new(io, Arc::clone(&budget));
-    let handshake = builder.handshake::<Metered<T>, Bytes>(io);
+    let io = Metered::new(io, read, Arc::clone(&budget));
+    let handshake = builder.handshake::<Metered<ClientStream>, Bytes>(io);
     let mut conn = match tokio::time::timeout(shared.settings.timeouts.client_head, handshake).await
     {
         Ok(Ok(c)) => c,

@@ -12,6 +12,7 @@
 //! (one per stream accepted, one per KiB written to the client), up to the same cap, so
 //! that a client making requests is never cut off however long it lives.
 
+use bytes::Bytes;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
@@ -94,9 +95,12 @@ fn costs(kind: u8) -> bool {
     matches!(kind, 2 | 3 | 4 | 6 | 8) || kind > 9
 }
 
-/// The client's socket, its frame headers counted as they are read.
+/// The client's socket, its frame headers counted as they are read. Bytes already read
+/// from it (the h2c preface, which the HTTP/1 side read before it knew) are read again
+/// first.
 pub struct Metered<T> {
     io: T,
+    read: Bytes,
     budget: std::sync::Arc<Budget>,
     preface_left: usize,
     head: [u8; 9],
@@ -109,9 +113,10 @@ pub struct Metered<T> {
 }
 
 impl<T> Metered<T> {
-    pub fn new(io: T, budget: std::sync::Arc<Budget>) -> Metered<T> {
+    pub fn new(io: T, read: Bytes, budget: std::sync::Arc<Budget>) -> Metered<T> {
         Metered {
             io,
+            read,
             budget,
             preface_left: PREFACE_LEN,
             head: [0; 9],
@@ -174,6 +179,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Metered<T> {
             return Poll::Pending;
         }
         let before = buf.filled().len();
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining());
+            let replayed = this.read.split_to(n);
+            buf.put_slice(&replayed);
+            this.scan(&replayed);
+            return Poll::Ready(Ok(()));
+        }
         let r = Pin::new(&mut this.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
             this.scan(&buf.filled()[before..]);
@@ -256,7 +268,7 @@ mod tests {
         bytes.extend(frame(0xfa, 3)); // an unknown type
         for split in [1, 2, 5, 9, 10, 64, bytes.len()] {
             let budget = Arc::new(Budget::new());
-            let mut m = Metered::new((), Arc::clone(&budget));
+            let mut m = Metered::new((), Bytes::new(), Arc::clone(&budget));
             for piece in bytes.chunks(split) {
                 m.scan(piece);
             }
@@ -269,7 +281,7 @@ mod tests {
     #[test]
     fn spent_after_the_cap_and_earned_back() {
         let budget = Arc::new(Budget::new());
-        let mut m = Metered::new((), Arc::clone(&budget));
+        let mut m = Metered::new((), Bytes::new(), Arc::clone(&budget));
         m.scan(crate::client::h2::PREFACE);
         budget.earn(5);
         assert_eq!(left(&budget), MAX_CONTROL_FRAMES);

@@ -18,7 +18,6 @@
 pub mod body;
 mod conn;
 pub mod head;
-mod io;
 mod meter;
 pub mod respond;
 mod stream;
