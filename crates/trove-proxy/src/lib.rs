@@ -12,7 +12,8 @@
 //!
 //! Dependencies: tokio (the runtime), hyper (the origin-side HTTP/1.1 client), httparse
 //! (request-head parsing, the parser hyper itself uses), h2 (HTTP/2 to clients, hyper's own
-//! HTTP/2 crate, used directly: see `client::h2`), ipnet (ACL networks),
+//! HTTP/2 crate, used directly: see `client::h2`; the workspace builds it with a patch that
+//! gives an idle connection's buffers back, `vendor/README.md`), ipnet (ACL networks),
 //! hickory-resolver (DNS, under [`resolver`]'s cache), socket2 (the listening socket's
 //! backlog), rustix (`poll` for the acceptor threads and the open files limit, without
 //! `unsafe`), serde_json (the replayable trace's lines, [`trace`]), and trove's own rules

@@ -577,16 +577,22 @@ impl Acceptor {
                             // Counted open while it shakes hands, so the limit holds.
                             let _open = conn::OpenGuard::new(Arc::clone(&shared.metrics));
                             let timeout = shared.settings.timeouts.client_head;
-                            crate::handshake::accept(tls, stream, &handshakes, timeout).await
+                            Box::pin(crate::handshake::accept(tls, stream, &handshakes, timeout))
+                                .await
                         }
                     };
+                    // Each stage boxed: the task itself stays a few hundred bytes, and what
+                    // the handshake held is freed when it ends rather than sizing the task
+                    // for the connection's life (an idle connection costs what it holds).
                     match stream {
                         // ALPN chose HTTP/2.
                         Some(stream) if stream.negotiated_h2() => {
                             Box::pin(crate::client::h2::serve(stream, info, Arc::clone(&shared)))
                                 .await;
                         }
-                        Some(stream) => conn::serve(stream, info, Arc::clone(&shared)).await,
+                        Some(stream) => {
+                            Box::pin(conn::serve(stream, info, Arc::clone(&shared))).await
+                        }
                         None => {}
                     }
                     shared.freed.notify();

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock, Weak};
 
-use http::HeaderValue;
+use http::{HeaderValue, Version};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Semaphore;
 use trove_cache::memo::PassMemo;
@@ -58,7 +58,11 @@ pub struct Shared {
     pub memo: Arc<Mutex<PassMemo>>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
+    /// `Via` as `1.1 <name>`: on responses (the origins speak HTTP/1.1) and on requests
+    /// received over HTTP/1.1; see [`Shared::request_via`] for the others.
     pub via: HeaderValue,
+    via_http2: HeaderValue,
+    via_http10: HeaderValue,
     /// Requests allowed to wait on origins at once; past this, 503 at once.
     pub origin_slots: Arc<Semaphore>,
     /// Signalled when a client connection closes (an acceptor out of descriptors waits on it).
@@ -105,6 +109,17 @@ pub enum LowerError {
 }
 
 impl Shared {
+    /// The `Via` trove adds to a request it forwards: the protocol it received the request
+    /// with, then its name (RFC 9110, 7.6.3): `2 <name>` for HTTP/2, `1.0 <name>`, else
+    /// `1.1 <name>`.
+    pub fn request_via(&self, version: Version) -> &HeaderValue {
+        match version {
+            Version::HTTP_2 => &self.via_http2,
+            Version::HTTP_10 => &self.via_http10,
+            _ => &self.via,
+        }
+    }
+
     /// `None` while the disk tier configured works (or none is configured); else why not:
     /// it could not be used at start-up, or it failed since (I/O errors). For `/healthz`
     /// and the status page (issue 19, defect 11).
@@ -284,17 +299,17 @@ impl Shared {
             targeted_fields: Policy::reverse_proxy().targeted_fields,
             ..base.clone()
         };
-        let (via_name, via) = match prev {
-            Some(p) => (p.via_name.clone(), p.via.clone()),
-            None => {
-                let name = format!(
-                    "trove-{:04x}",
-                    std::process::id() as u16 ^ (rand_seed() as u16)
-                );
-                let via = HeaderValue::from_str(&format!("1.1 {name}")).expect("ascii");
-                (name, via)
-            }
+        let via_name = match prev {
+            Some(p) => p.via_name.clone(),
+            None => format!(
+                "trove-{:04x}",
+                std::process::id() as u16 ^ (rand_seed() as u16)
+            ),
         };
+        let via_as = |protocol: &str| {
+            HeaderValue::from_str(&format!("{protocol} {via_name}")).expect("ascii")
+        };
+        let (via, via_http2, via_http10) = (via_as("1.1"), via_as("2"), via_as("1.0"));
         let origin_slots = match prev {
             Some(p)
                 if p.settings.limits.max_pending_origin_requests
@@ -330,6 +345,8 @@ impl Shared {
             ),
             via_name,
             via,
+            via_http2,
+            via_http10,
             freed: prev.map_or_else(Arc::default, |p| Arc::clone(&p.freed)),
             lifecycle: prev.map_or_else(Arc::default, |p| Arc::clone(&p.lifecycle)),
             successor: Successor::default(),

@@ -124,7 +124,7 @@ async fn exchange(
     let host = HeaderValue::from_str(target.url.authority())
         .map_err(|_| fail(OriginError::Protocol("cannot build request")))?;
     let mut fields = crate::cache::headers::to_origin(
-        &shared.via,
+        shared.request_via(head.version),
         &head.headers,
         host,
         info.mode,

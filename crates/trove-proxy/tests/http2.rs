@@ -416,3 +416,69 @@ async fn alpn_h2_miss_then_hit() {
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
     assert_eq!(origin.hits(), 1);
 }
+
+/// `Via` names the protocol each hop received (RFC 9110, 7.6.3): a request that came over
+/// HTTP/2 reaches the origin with `2 trove-…`, one over HTTP/1.1 with `1.1 trove-…`; the
+/// response an HTTP/2 client gets says `1.1`, the protocol trove received it with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn via_names_the_protocol_each_hop_received() {
+    let origin = Origin::start(|req, _| {
+        let via = req.header("via").unwrap_or("none").to_string();
+        respond(200, &[("x-seen-via", &via)], b"via")
+    })
+    .await;
+    let trove = h2c_trove(&origin).await;
+    let client = h2c(trove.addr).await;
+    let got = send(&client, "GET", "http://site.test/over-h2", None)
+        .await
+        .unwrap();
+    let seen = got.header("x-seen-via");
+    assert!(seen.starts_with("2 trove-"), "{seen}");
+    assert!(
+        got.header("via").starts_with("1.1 trove-"),
+        "{:?}",
+        got.headers
+    );
+    let h1 = kit::get(&trove, "http://site.test/over-h1", &[]).await;
+    let seen = h1.header("x-seen-via").unwrap_or("");
+    assert!(seen.starts_with("1.1 trove-"), "{seen}");
+}
+
+/// A reload reaches HTTP/2 connections already open, stream by stream, as it reaches
+/// HTTP/1 connections request by request: the next stream on the same connection takes the
+/// new route (and the cache is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_new_streams_to_the_new_settings() {
+    let a = Origin::start(|req, _| {
+        let body = format!("A {}", req.path);
+        respond(200, &[("cache-control", "max-age=60")], body.as_bytes())
+    })
+    .await;
+    let b = Origin::start(|req, _| {
+        let body = format!("B {}", req.path);
+        respond(200, &[("cache-control", "max-age=60")], body.as_bytes())
+    })
+    .await;
+    let mut trove = h2c_trove(&a).await;
+    let client = h2c(trove.addr).await;
+    let got = send(&client, "GET", "http://site.test/x", None)
+        .await
+        .unwrap();
+    assert_eq!(&got.body[..], b"A /x");
+
+    let mut settings = trove.running.shared.settings.clone();
+    settings.origins[0].upstreams = vec![format!("http://{}", b.addr)];
+    trove.running.reload(settings).unwrap();
+
+    // The same connection: the next stream goes to B; what A gave is still a hit.
+    let got = send(&client, "GET", "http://site.test/y", None)
+        .await
+        .unwrap();
+    assert_eq!(&got.body[..], b"B /y");
+    let got = send(&client, "GET", "http://site.test/x", None)
+        .await
+        .unwrap();
+    assert_eq!(&got.body[..], b"A /x");
+    assert!(got.header("cache-status").contains("hit"));
+    assert_eq!((a.hits(), b.hits()), (1, 1));
+}

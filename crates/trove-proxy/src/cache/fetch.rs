@@ -66,7 +66,7 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     let host = HeaderValue::from_str(out.target.url.authority())
         .map_err(|_| OriginError::Protocol("cannot build request"))?;
     let h = headers::to_origin(
-        &shared.via,
+        shared.request_via(out.req.version),
         &out.req.headers,
         host,
         out.mode,
