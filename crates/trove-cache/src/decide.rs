@@ -34,6 +34,9 @@ pub enum Entry {
     Lookup,
     /// Anything else goes to the origin, and may invalidate (RFC 9111 §4.4).
     Pass,
+    /// GET or HEAD for a key another node of the cluster owns (shard mode): asked of that
+    /// node, whose answer is passed on and not stored here ([`crate::flow::Flow::owned_elsewhere`]).
+    Owner,
 }
 
 /// Whether the request body (if any) has been wholly read: a GET with a body is passed.

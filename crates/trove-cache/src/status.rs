@@ -177,6 +177,9 @@ pub enum Detail {
     Disk,
     /// The stored response was removed by an invalidation rule ([`Fwd::Invalidated`]).
     Invalidated,
+    /// Asked of the key's owner, another node of the cluster (shard mode), and not stored
+    /// here: the owner's own member says what it did.
+    Peer,
 }
 
 impl Detail {
@@ -194,6 +197,7 @@ impl Detail {
             Detail::OnlyIfCached => "only-if-cached",
             Detail::Disk => "disk",
             Detail::Invalidated => "invalidated",
+            Detail::Peer => "peer",
         }
     }
 }

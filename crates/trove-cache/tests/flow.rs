@@ -173,6 +173,11 @@ fn run(
         Some(m) => (true, m),
         None => (false, method),
     };
+    // `OWN`: the key's owner is another node of the cluster (`Flow::owned_elsewhere`).
+    let (elsewhere, method) = match method.strip_prefix("OWN ") {
+        Some(m) => (true, m),
+        None => (false, method),
+    };
     let method = Method::from_bytes(method.as_bytes()).unwrap();
     let req_fields = fields(&parts[1..]);
     let req = Request::new(&method, &req_fields);
@@ -187,10 +192,18 @@ fn run(
             .pop()
             .expect("a stored response to revalidate");
         Flow::background(req, KEY, obj)
-    } else if unguarded {
-        Flow::new(req, KEY, body).unguarded()
     } else {
-        Flow::new(req, KEY, body)
+        let flow = Flow::new(req, KEY, body);
+        let flow = if elsewhere {
+            flow.owned_elsewhere()
+        } else {
+            flow
+        };
+        if unguarded {
+            flow.unguarded()
+        } else {
+            flow
+        }
     };
     let (policy, cookies, via) = (
         Policy::default(),

@@ -67,6 +67,12 @@ pub mod names {
     pub const TAG_MEMBERSHIPS: &str = "trove_tag_memberships";
     /// Tags from origin responses dropped for length or count (`[tags]`).
     pub const TAGS_DROPPED: &str = "trove_tags_dropped_total";
+    /// Requests asked of their key's owner, another node of the cluster (shard mode).
+    pub const CLUSTER_OWNER_REQUESTS: &str = "trove_cluster_owner_requests_total";
+    /// Of those, the ones the owner could not answer (this node served them itself).
+    pub const CLUSTER_OWNER_FAILURES: &str = "trove_cluster_owner_failures_total";
+    /// Cluster nodes this node takes as up (itself included).
+    pub const CLUSTER_NODES_UP: &str = "trove_cluster_nodes_up";
     /// Admin API calls, by `status` class (`2xx`, `4xx`, `5xx`).
     pub const API_REQUESTS: &str = "trove_api_requests_total";
     /// Stale stored responses served, by `reason` (`trove_cache::StaleServed`): `max-stale`,
@@ -486,6 +492,8 @@ pub struct Metrics {
     pub invalidations: [AtomicU64; 2 * InvalidationKind::ALL.len()],
     /// Tags from origins dropped past `[tags]` bounds.
     pub tags_dropped: AtomicU64,
+    pub cluster_owner_requests: AtomicU64,
+    pub cluster_owner_failures: AtomicU64,
     /// Admin API calls by status class: 2xx, 4xx, 5xx.
     pub api_requests: [AtomicU64; 3],
     /// Stale responses served, by why (as `StaleServed::ALL`).
@@ -673,6 +681,18 @@ impl Metrics {
             "# HELP {n} Tags from origins dropped past the [tags] bounds.\n# TYPE {n} counter\n{n} {}",
             g(&self.tags_dropped),
             n = names::TAGS_DROPPED
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {n} Requests asked of their key's owner in the cluster.\n# TYPE {n} counter\n{n} {}",
+            g(&self.cluster_owner_requests),
+            n = names::CLUSTER_OWNER_REQUESTS
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {n} Requests their key's owner could not answer (served here instead).\n# TYPE {n} counter\n{n} {}",
+            g(&self.cluster_owner_failures),
+            n = names::CLUSTER_OWNER_FAILURES
         );
         let _ = writeln!(
             out,

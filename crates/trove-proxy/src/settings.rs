@@ -581,6 +581,78 @@ pub struct Settings {
     pub tags: TagSettings,
     /// `[[named_cache]]`: named caches (partitions) by host and path prefix.
     pub named_caches: Vec<NamedCacheRoute>,
+    /// `[cluster]`: the nodes this one shares its cache with; none by default.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// `[cluster]`: this node's id, every node of the cluster (this one among them) and how
+/// they share keys. See `trove_cluster` for placement and health.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// This node's id (one of `nodes`).
+    pub node: String,
+    /// `"shard"`: each key has one owner, which the others ask; `"replicate"`: every node
+    /// caches on its own.
+    #[serde(default = "shard")]
+    pub mode: String,
+    /// Every node: `{ id = "a", addr = "10.0.0.1:8080" }`, `addr` being the node's reverse
+    /// listener the others send their requests to.
+    pub nodes: Vec<ClusterNode>,
+    /// How often each peer is probed (a TCP connect).
+    #[serde(default = "probe_interval", deserialize_with = "de_duration")]
+    pub probe_interval: Duration,
+    /// Time a probe may take.
+    #[serde(default = "probe_timeout", deserialize_with = "de_duration")]
+    pub probe_timeout: Duration,
+    /// Failures in a row (probes or requests) after which a peer is taken as down.
+    #[serde(default = "fail_after")]
+    pub fail_after: u32,
+}
+
+/// A node of the cluster as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterNode {
+    pub id: String,
+    pub addr: SocketAddr,
+}
+
+fn shard() -> String {
+    "shard".into()
+}
+fn probe_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn probe_timeout() -> Duration {
+    Duration::from_millis(500)
+}
+fn fail_after() -> u32 {
+    2
+}
+
+impl ClusterSettings {
+    /// The cluster this node belongs to, or why the settings can't make one.
+    pub fn build(&self) -> Result<trove_cluster::Cluster, String> {
+        let mode = match self.mode.as_str() {
+            "shard" => trove_cluster::ClusterMode::Shard,
+            "replicate" => trove_cluster::ClusterMode::Replicate,
+            m => {
+                return Err(format!(
+                    "mode: {m:?} is neither \"shard\" nor \"replicate\""
+                ))
+            }
+        };
+        let nodes: Vec<trove_cluster::PeerSpec> = self
+            .nodes
+            .iter()
+            .map(|n| trove_cluster::PeerSpec {
+                id: n.id.clone(),
+                addr: n.addr,
+            })
+            .collect();
+        trove_cluster::Cluster::new(mode, &self.node, &nodes, self.fail_after)
+    }
 }
 
 /// `[tags]`: which response fields carry tags, whether clients see them, and bounds.
@@ -647,6 +719,7 @@ impl Default for Settings {
             other_listeners: Vec::new(),
             tags: TagSettings::default(),
             named_caches: Vec::new(),
+            cluster: None,
         }
     }
 }
@@ -686,6 +759,14 @@ impl Settings {
                 p.push(format!(
                     "named_cache[{i}].path_prefix: must start with '/' and be well-formed"
                 ));
+            }
+        }
+        if let Some(c) = &self.cluster {
+            if let Err(e) = c.build() {
+                p.push(format!("cluster: {e}"));
+            }
+            if c.probe_interval.is_zero() || c.probe_timeout.is_zero() {
+                p.push("cluster: probe_interval and probe_timeout must be greater than 0".into());
             }
         }
         for h in &self.tags.headers {

@@ -56,6 +56,9 @@ pub struct Shared {
     /// Keys whose last response could not be stored (uncacheable or too large), so their
     /// misses forward the client's own Range and validators (see `trove_cache::memo`).
     pub memo: Arc<Mutex<PassMemo>>,
+    /// `[cluster]`: the nodes sharing this cache and their health (kept across a reload
+    /// that did not change it; probed by a task of its own while it lives).
+    pub cluster: Option<Arc<trove_cluster::Cluster>>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
     /// `Via` as `1.1 <name>`: on responses (the origins speak HTTP/1.1) and on requests
@@ -310,6 +313,22 @@ impl Shared {
             HeaderValue::from_str(&format!("{protocol} {via_name}")).expect("ascii")
         };
         let (via, via_http2, via_http10) = (via_as("1.1"), via_as("2"), via_as("1.0"));
+        let cluster = match (&settings.cluster, prev) {
+            (None, _) => None,
+            (Some(c), Some(p)) if p.settings.cluster.as_ref() == Some(c) => p.cluster.clone(),
+            (Some(c), _) => {
+                let cluster = Arc::new(
+                    c.build()
+                        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+                );
+                tokio::spawn(trove_cluster::probe_loop(
+                    Arc::downgrade(&cluster),
+                    c.probe_interval,
+                    c.probe_timeout,
+                ));
+                Some(cluster)
+            }
+        };
         let origin_slots = match prev {
             Some(p)
                 if p.settings.limits.max_pending_origin_requests
@@ -343,6 +362,7 @@ impl Shared {
                 || Arc::new(Mutex::new(PassMemo::default())),
                 |p| Arc::clone(&p.memo),
             ),
+            cluster,
             via_name,
             via,
             via_http2,
@@ -404,6 +424,15 @@ impl Shared {
     /// The Prometheus text of all metrics.
     pub fn render_metrics(&self) -> String {
         let mut out = self.render_core_metrics();
+        if let Some(c) = &self.cluster {
+            use std::fmt::Write as _;
+            let up = c.status().iter().filter(|n| n.up).count();
+            let _ = writeln!(
+                out,
+                "# HELP {n} Cluster nodes this node takes as up (itself included).\n# TYPE {n} gauge\n{n} {up}",
+                n = crate::metrics::names::CLUSTER_NODES_UP
+            );
+        }
         if self.has_disk() {
             let stats = self.store.lower_stats();
             crate::metrics::render_disk(&mut out, stats.as_ref());

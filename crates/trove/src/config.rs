@@ -15,7 +15,7 @@ use trove_proxy::settings::{
     AccessSettings, CacheSettings, ConnectSettings, LimitSettings, ListenerSettings, LogSettings,
     Mode, OriginRoute, PoolSettings, ResolverSettings, TimeoutSettings,
 };
-use trove_proxy::settings::{NamedCacheRoute, TagSettings};
+use trove_proxy::settings::{ClusterSettings, NamedCacheRoute, TagSettings};
 use trove_proxy::Settings;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -120,6 +120,8 @@ pub struct Config {
     pub runtime: RuntimeSettings,
     pub tags: TagSettings,
     pub named_cache: Vec<NamedCacheRoute>,
+    /// `[cluster]`: none unless written.
+    pub cluster: Option<ClusterSettings>,
 }
 
 /// Every problem found in a config file, one per line, each naming its key.
@@ -159,6 +161,7 @@ const SECTIONS: &[&str] = &[
     "runtime",
     "tags",
     "named_cache",
+    "cluster",
 ];
 
 impl Config {
@@ -208,6 +211,16 @@ impl Config {
             admin: section("admin", table.remove("admin"), &mut p),
             runtime: section("runtime", table.remove("runtime"), &mut p),
             tags: section("tags", table.remove("tags"), &mut p),
+            cluster: match table.remove("cluster") {
+                None => None,
+                Some(v) => match ClusterSettings::deserialize(v) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        p.push(format!("cluster: {}", e.message()));
+                        None
+                    }
+                },
+            },
             ..Config::default()
         };
         if !connections_set {
@@ -437,6 +450,7 @@ impl Config {
             other_listeners: Vec::new(),
             tags: self.tags.clone(),
             named_caches: self.named_cache.clone(),
+            cluster: self.cluster.clone(),
         }
     }
 }
@@ -1046,6 +1060,43 @@ mod tests {
             c.admin_addr().unwrap().unwrap().to_string(),
             "127.0.0.1:9191"
         );
+    }
+
+    /// `[cluster]` (issue 24): read whole; a node missing from its own list, an unknown key
+    /// or a bad mode is refused, naming the section.
+    #[test]
+    fn cluster_section() {
+        let nodes = "nodes = [ { id = \"a\", addr = \"127.0.0.1:8081\" }, { id = \"b\", addr = \"127.0.0.1:8082\" } ]\n";
+        let c = Config::parse(&format!(
+            "[cluster]\nnode = \"a\"\n{nodes}probe_interval = \"250ms\"\n"
+        ))
+        .unwrap();
+        let s = c.proxy_settings().cluster.unwrap();
+        assert_eq!(
+            (s.node.as_str(), s.mode.as_str(), s.nodes.len()),
+            ("a", "shard", 2)
+        );
+        assert_eq!(s.probe_interval, std::time::Duration::from_millis(250));
+        for (text, says) in [
+            (format!("[cluster]\nnode = \"z\"\n{nodes}"), "not among"),
+            (
+                format!("[cluster]\nnode = \"a\"\nmode = \"mirror\"\n{nodes}"),
+                "mode",
+            ),
+            (
+                format!("[cluster]\nnode = \"a\"\npeers = 3\n{nodes}"),
+                "peers",
+            ),
+            ("[cluster]\nnode = \"a\"\n".to_string(), "nodes"),
+        ] {
+            let e = Config::parse(&text).unwrap_err().to_string();
+            assert!(e.contains("cluster") && e.contains(says), "{text}: {e}");
+        }
+        assert!(Config::parse("")
+            .unwrap()
+            .proxy_settings()
+            .cluster
+            .is_none());
     }
 
     /// Issue 20: a key with a bad value was also reported "required".

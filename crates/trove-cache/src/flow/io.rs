@@ -114,6 +114,9 @@ pub struct Send {
     pub extra: Option<HeaderMap>,
     /// The client's request body goes up with it (a pass).
     pub with_body: bool,
+    /// To the key's owner, another node of the cluster, marked so that it never forwards
+    /// it again ([`Entry::Owner`](crate::decide::Entry::Owner)); else to the origin.
+    pub to_owner: bool,
 }
 
 /// Which guard [`Command::Guard`] asks.
@@ -323,6 +326,7 @@ impl Command {
             Command::Promote => "promote",
             Command::Memo => "memo",
             Command::Join => "join",
+            Command::Send(s) if s.to_owner => "ask-owner",
             Command::Send(s) if s.with_body => "send-body",
             Command::Send(s) if s.extra.is_some() => "send-conditional",
             Command::Send(_) => "send",

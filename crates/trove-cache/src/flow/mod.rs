@@ -25,6 +25,8 @@
 //!
 //! ```text
 //!  Start ─► Guard ─► Allowed ─┬─ PURGE ─► Purge ─► Purged ─► Respond
+//!                             ├─ owner elsewhere (cluster) ─► Send(to owner) ─► Answer ─► Forward
+//!                             │                                              └► Failed ─► Lookup (served here) …
 //!                             ├─ pass ──► Send(body) ─► Answer ─► Invalidate, after_pass ─► Insert ─► Serve
 //!                             │                                                           └─► Forward
 //!                             └─ GET/HEAD ─► Lookup ─► Found ─► (Combine) ─► (Memo) ─► after_lookup
@@ -107,6 +109,8 @@ enum State {
     CombiningPart(Fetch),
     Rechecking(Fetch),
     Passing,
+    /// Waiting on the key's owner (another node of the cluster).
+    AskingOwner,
     Purging(Purge),
     BackgroundValidating(Arc<Object>),
     BackgroundInserting,
@@ -166,6 +170,16 @@ impl<'r> Flow<'r> {
         Flow::at(req, key, State::BackgroundValidating(obj))
     }
 
+    /// The key's owner is another node of the cluster (shard mode): a GET or HEAD is asked
+    /// of it instead of looked up here ([`Entry::Owner`]); anything else is unchanged (a
+    /// pass goes to the origin from here, a PURGE is this node's).
+    pub fn owned_elsewhere(mut self) -> Flow<'r> {
+        if matches!(self.state, State::Start(Entry::Lookup)) {
+            self.state = State::Start(Entry::Owner);
+        }
+        self
+    }
+
     /// For a driver with no front end to guard (the simulator, whose every request was
     /// let through when it was logged): the guards are taken as passed, not asked, a round
     /// trip fewer per request. A proxy never calls it.
@@ -220,6 +234,7 @@ impl<'r> Flow<'r> {
             State::CombiningPart(_) => "combining-part",
             State::Rechecking(_) => "rechecking",
             State::Passing => "passing",
+            State::AskingOwner => "asking-owner",
             State::Purging(_) => "purging",
             State::BackgroundValidating(_) => "background-validating",
             State::BackgroundInserting => "background-inserting",
@@ -540,6 +555,19 @@ impl<'r> Flow<'r> {
                     _ => self.join(env, f),
                 }
             }
+            (State::AskingOwner, Event::Answer(a)) => {
+                // Passed on as the owner gave it (its `Cache-Status` member says whether it
+                // hit); stored only there, so the cluster holds one copy.
+                self.hold(env, &a);
+                let status = CacheStatus::forward(Fwd::Miss)
+                    .with_fwd_status(a.status.as_u16())
+                    .with_detail(Detail::Peer);
+                self.forward(Outcome::Miss, status);
+            }
+            // The owner could not be reached or failed before its answer: this node serves
+            // the request itself, as the owner would (the driver counts the failure against
+            // the owner's health, so the next requests go to the next node in order).
+            (State::AskingOwner, Event::Failed(_)) => self.start(env, Entry::Lookup),
             (State::Passing, Event::Failed(e)) => {
                 self.failed(env, None, Fwd::Method, Outcome::Miss, e)
             }
@@ -601,7 +629,7 @@ impl<'r> Flow<'r> {
     /// client that may not have it.
     fn guard(&mut self, entry: Entry) {
         let guard = match entry {
-            Entry::Lookup | Entry::Pass => Guard::Origin,
+            Entry::Lookup | Entry::Pass | Entry::Owner => Guard::Origin,
             Entry::Purge => Guard::Purge,
             // Nothing is reached: refused below.
             Entry::RefuseConnect => {
@@ -646,12 +674,24 @@ impl<'r> Flow<'r> {
                     conditionals: Conditionals::Keep,
                     extra: None,
                     with_body: true,
+                    to_owner: false,
                 })));
             }
             Entry::Lookup => {
                 self.steps.push(Step::Lookup);
                 self.state = State::Looking;
                 self.emit(Command::Lookup);
+            }
+            Entry::Owner => {
+                // The client's own conditionals and range go on: the owner answers them.
+                self.steps.push(Step::Pass);
+                self.state = State::AskingOwner;
+                self.emit(Command::Send(Box::new(Send {
+                    conditionals: Conditionals::Keep,
+                    extra: None,
+                    with_body: false,
+                    to_owner: true,
+                })));
             }
         }
     }
@@ -813,6 +853,7 @@ impl<'r> Flow<'r> {
             conditionals,
             extra,
             with_body: false,
+            to_owner: false,
         })));
     }
 

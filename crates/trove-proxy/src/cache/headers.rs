@@ -61,6 +61,8 @@ pub fn to_origin(
     let mut client = client_headers.clone();
     // First, so a client's `Connection` can't name the cache's own validators away.
     strip_connection_fields(&mut client);
+    // A cluster's mark is between its nodes (an owner ask adds this node's own, below).
+    client.remove(trove_cluster::PEER_HEADER);
     let mut h = trove_cache::decide::forward_fields(client, conditionals, extra);
     h.remove(header::PROXY_AUTHORIZATION);
     h.remove(header::EXPECT);

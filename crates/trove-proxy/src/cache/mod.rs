@@ -83,6 +83,8 @@ struct Ctx<'a> {
     reach: Reach,
     /// Where interim responses to this client's own origin requests go.
     interim: Option<&'a InterimSlot>,
+    /// The key's owner when it is another node of the cluster (shard mode).
+    owner: Option<&'a trove_cluster::Node>,
 }
 
 impl Ctx<'_> {
@@ -116,6 +118,59 @@ impl Ctx<'_> {
             },
         )
         .await
+    }
+
+    /// The request asked of the key's owner, marked with this node's id so that the owner
+    /// never forwards it again ([`trove_cluster::PEER_HEADER`]).
+    async fn ask_owner(&self, owner: &trove_cluster::Node) -> Result<OriginResponse, Failed> {
+        let metrics = &self.shared.metrics;
+        metrics
+            .cluster_owner_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let me = self
+            .shared
+            .cluster
+            .as_ref()
+            .map_or("", |c| c.me().id.as_str());
+        let target = Target {
+            url: self.target.url.clone(),
+            upstreams: crate::upstream::Upstreams::one(crate::upstream::Upstream {
+                host: owner.addr.ip().to_string(),
+                port: owner.addr.port(),
+                tls: None,
+            }),
+        };
+        let mut mark = HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(me) {
+            mark.insert(trove_cluster::PEER_HEADER, v);
+        }
+        let asked = fetch::send(
+            self.shared,
+            Outgoing {
+                req: self.req,
+                target: &target,
+                mode: self.mode,
+                client: self.client,
+                reach: &self.reach,
+                conditionals: Conditionals::Keep,
+                extra: Some(&mark),
+                body: OriginRequestBody::empty(),
+                retry: Retry::Allowed,
+                interim: self.interim.map(InterimSlot::queue),
+            },
+        )
+        .await;
+        match &asked {
+            Ok(_) => owner.health.succeeded(),
+            Err(f) => {
+                owner.health.failed();
+                metrics
+                    .cluster_owner_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(owner = %owner.id, error = %f.error, "cluster owner failed: served here");
+            }
+        }
+        asked
     }
 }
 
@@ -172,12 +227,23 @@ pub async fn handle<B: ClientBody>(
             checked: None,
         },
         interim,
+        owner: None,
     };
     let mut flow = Flow::new(
         Request::new(&req.method, &req.headers),
         target.key(),
         body_state,
     );
+    // Shard mode: a key another node owns is asked of it, unless the request came from a
+    // node already (one hop at most, whatever the two think of each other).
+    if let Some(cluster) = &shared.cluster {
+        if !req.headers.contains_key(trove_cluster::PEER_HEADER) {
+            if let trove_cluster::Owner::Peer(node) = cluster.owner(target.key()) {
+                cx.owner = Some(node);
+                flow = flow.owned_elsewhere();
+            }
+        }
+    }
     run(&mut cx, &mut flow, Some(body)).await
 }
 
@@ -330,6 +396,9 @@ async fn run<B: ClientBody>(
                 }
             },
             Command::Send(s) => {
+                // Asked of the key's owner once at most: after it failed, this node's own
+                // sends go to the origin.
+                let owner = if s.to_owner { cx.owner.take() } else { None };
                 let sent = match (s.with_body, body.as_deref_mut()) {
                     (true, Some(b)) => match Box::pin(upload::send(cx, b)).await {
                         Ok((sent, left)) => {
@@ -338,7 +407,10 @@ async fn run<B: ClientBody>(
                         }
                         Err(reply) => return reply,
                     },
-                    _ => Box::pin(cx.send(s.conditionals, s.extra.as_ref())).await,
+                    _ => match owner {
+                        Some(owner) => Box::pin(cx.ask_owner(owner)).await,
+                        None => Box::pin(cx.send(s.conditionals, s.extra.as_ref())).await,
+                    },
                 };
                 now = fetch::now();
                 match sent {
@@ -359,6 +431,8 @@ async fn run<B: ClientBody>(
                         error: OriginError::Refused(why),
                         ..
                     }) => return closing(destination_refused(why), unfinished),
+                    // The owner failed: the flow serves it here; not the request's failure.
+                    Err(f) if owner.is_some() => Event::Failed(f.error.failure()),
                     Err(f) => {
                         tracing::debug!(error = %f.error, "origin request failed");
                         let e = f.error.failure();
@@ -540,6 +614,7 @@ fn background_revalidate(cx: &Ctx<'_>, obj: &Arc<Object>) {
             client,
             reach,
             interim: None,
+            owner: None,
         };
         let mut flow = Flow::background(Request::new(&req.method, &req.headers), target.key(), obj);
         run::<NoBody>(&mut cx, &mut flow, None).await;
