@@ -326,17 +326,30 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
             query.only(&[], &[])?;
             Ok(json(StatusCode::OK, &manage::stats(shared)))
         }
+        (&Method::GET, "cluster", None) => {
+            query.only(&[], &[])?;
+            match manage::cluster(shared) {
+                Some(c) => Ok(json(StatusCode::OK, &c)),
+                None => Err(Refusal::new(
+                    StatusCode::NOT_FOUND,
+                    "no-cluster",
+                    "this node has no [cluster]".to_string(),
+                )),
+            }
+        }
         (&Method::GET, "bans", None) => Ok(json(
             StatusCode::OK,
             &manage::bans(shared, query.only(&["limit"], &[])?.limit()?),
         )),
-        (_, "object" | "meta" | "invalidate" | "tags" | "caches" | "stats" | "bans", _) => {
-            Err(Refusal::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method",
-                format!("{method} is not served at {path}"),
-            ))
-        }
+        (
+            _,
+            "object" | "meta" | "invalidate" | "tags" | "caches" | "stats" | "bans" | "cluster",
+            _,
+        ) => Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method",
+            format!("{method} is not served at {path}"),
+        )),
         _ => Err(Refusal::new(
             StatusCode::NOT_FOUND,
             "not-found",

@@ -139,6 +139,34 @@ pub struct Stats {
     pub memberships: u64,
 }
 
+/// `GET /v1/cluster`: the cluster as this node sees it (404 when none is configured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// This node's id.
+    pub node: String,
+    /// `shard` or `replicate`.
+    pub mode: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    pub id: String,
+    pub addr: String,
+    /// The node answering.
+    pub me: bool,
+    /// Taken as up by the node answering (always, for itself).
+    pub up: bool,
+    /// The share of keys it owns now, 0 to 1 (from this node's view of who is up; in
+    /// replicate mode 1 for this node).
+    pub share: f64,
+    /// Failed probes and requests, and times it was taken as down, since this node began
+    /// watching it.
+    pub failures: u64,
+    pub downs: u64,
+}
+
 /// One storage tier in [`Stats`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TierStats {

@@ -482,6 +482,12 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/cluster`: the cluster as the node sees it.
+    pub async fn cluster(&self) -> Result<wire::ClusterStatus, ClientError> {
+        self.call(Method::GET, "/v1/cluster", HeaderMap::new(), Bytes::new())
+            .await
+    }
+
     pub async fn bans(&self) -> Result<Vec<wire::Ban>, ClientError> {
         self.call(Method::GET, "/v1/bans", HeaderMap::new(), Bytes::new())
             .await

@@ -70,6 +70,26 @@ pub struct NodeStatus {
 }
 
 impl Cluster {
+    /// The share of keys each node owns now (in [`Cluster::nodes`]' order), estimated over
+    /// `samples` keys: what an operator checks after adding a node or losing one.
+    pub fn shares(&self, samples: u32) -> Vec<f64> {
+        let mut owned = vec![0u32; self.nodes().len()];
+        for k in 0..samples {
+            let key = format!("share-sample-{k}");
+            let i = match self.owner(&key) {
+                crate::Owner::Me => self.nodes().iter().position(|n| n.me),
+                crate::Owner::Peer(p) => self.nodes().iter().position(|n| std::ptr::eq(&**n, p)),
+            };
+            if let Some(i) = i {
+                owned[i] += 1;
+            }
+        }
+        owned
+            .into_iter()
+            .map(|n| f64::from(n) / f64::from(samples.max(1)))
+            .collect()
+    }
+
     /// Every node's standing.
     pub fn status(&self) -> Vec<NodeStatus> {
         self.nodes()

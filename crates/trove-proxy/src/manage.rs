@@ -585,6 +585,31 @@ pub fn caches(shared: &Shared) -> Vec<api::NamedCache> {
 }
 
 /// `GET /v1/stats`.
+/// `GET /v1/cluster`: the cluster as this node sees it, `None` without one.
+pub fn cluster(shared: &Shared) -> Option<api::ClusterStatus> {
+    let c = shared.cluster.as_ref()?;
+    // Health first: the shares follow from it (a node taken as down meanwhile owns none).
+    let status = c.status();
+    let shares = c.shares(10_000);
+    Some(api::ClusterStatus {
+        node: c.me().id.clone(),
+        mode: c.mode.as_str().to_string(),
+        nodes: status
+            .into_iter()
+            .zip(shares)
+            .map(|(n, share)| api::ClusterNode {
+                id: n.id,
+                addr: n.addr,
+                me: n.me,
+                up: n.up,
+                share,
+                failures: n.failures,
+                downs: n.downs,
+            })
+            .collect(),
+    })
+}
+
 pub fn stats(shared: &Shared) -> api::Stats {
     let s = shared.store.stats();
     let i = invalidations(shared).stats();

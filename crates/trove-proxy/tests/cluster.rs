@@ -291,3 +291,39 @@ async fn an_owner_dying_mid_body_cuts_the_response_short() {
     }
     assert_eq!(origin.hits(), 0);
 }
+
+/// What `trove cluster status` and the status page show: every node, up or not, and the
+/// share of keys each owns now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_nodes_health_and_shares() {
+    let origin = origin().await;
+    let troves = three(&origin).await;
+    let c = trove_proxy::manage::cluster(&troves[0].running.shared).expect("a cluster");
+    assert_eq!(
+        (c.node.as_str(), c.mode.as_str(), c.nodes.len()),
+        ("n0", "shard", 3)
+    );
+    for n in &c.nodes {
+        assert!(n.up && (0.28..0.39).contains(&n.share), "{n:?}");
+    }
+    troves[2].running.stop(Duration::from_secs(2)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let c = loop {
+        let c = trove_proxy::manage::cluster(&troves[0].running.shared).unwrap();
+        if !c.nodes[2].up {
+            break c;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 never seen down"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(c.nodes[2].share, 0.0);
+    assert!((c.nodes[0].share + c.nodes[1].share - 1.0).abs() < 1e-9);
+    let page = trove_proxy::status::page(&troves[0].running.shared);
+    assert!(
+        page.contains("<h2>Cluster</h2>") && page.contains("down"),
+        "no cluster section"
+    );
+}

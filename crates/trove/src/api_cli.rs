@@ -320,6 +320,12 @@ pub fn stats(a: ConnOnly) -> anyhow::Result<()> {
     print_json(&api.run(api.client.stats())?)
 }
 
+/// `trove cluster status`: the cluster as the node behind the admin API sees it.
+pub fn cluster_status(a: ConnOnly) -> anyhow::Result<()> {
+    let api = a.conn.open()?;
+    print_json(&api.run(api.client.cluster())?)
+}
+
 pub fn bans(a: ConnOnly) -> anyhow::Result<()> {
     let api = a.conn.open()?;
     print_json(&api.run(api.client.bans())?)

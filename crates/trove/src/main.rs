@@ -57,6 +57,9 @@ enum Command {
     Stats(api_cli::ConnOnly),
     /// Pending bans.
     Bans(api_cli::ConnOnly),
+    /// The cluster as a node sees it (`[cluster]`).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Replay a trace through trove's cache core in virtual time (and `sim model`).
     Sim(Box<trove_sim::SimArgs>),
     /// Make a running `trove serve` re-read its config (SIGHUP): routes, ACLs, limits,
@@ -67,6 +70,13 @@ enum Command {
     /// Stop a running `trove serve` gracefully (SIGTERM): requests in flight finish within
     /// `[timeouts] shutdown`. Returns once the process has exited.
     Stop(StopArgs),
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Nodes, whether each is up, the share of keys each owns, failures: JSON from the
+    /// admin API's `GET /v1/cluster`.
+    Status(api_cli::ConnOnly),
 }
 
 #[derive(clap::Args)]
@@ -129,6 +139,7 @@ fn main() {
         Command::List(a) => api_cli::list(a),
         Command::Stats(a) => api_cli::stats(a),
         Command::Bans(a) => api_cli::bans(a),
+        Command::Cluster(ClusterCommand::Status(a)) => api_cli::cluster_status(a),
         Command::Sim(args) => trove_sim::run(*args),
         Command::Reload(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Reload),
         Command::Rotate(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Rotate),

@@ -331,6 +331,31 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
         .collect();
     names.sort_unstable();
     names.dedup();
+    if let Some(c) = crate::manage::cluster(shared) {
+        let _ = write!(
+            out,
+            r#"<h2>Cluster</h2><p class="sub">node {} · {} mode</p><table><tr><th>node</th><th>address</th><th>state</th><th>share of keys</th><th>failures</th><th>times down</th></tr>"#,
+            escape(&c.node),
+            c.mode
+        );
+        for n in &c.nodes {
+            let state = match (n.me, n.up) {
+                (true, _) => r#"<span class="ok">this node</span>"#,
+                (false, true) => r#"<span class="ok">up</span>"#,
+                (false, false) => r#"<span class="bad">down</span>"#,
+            };
+            let _ = write!(
+                out,
+                r#"<tr><td>{}</td><td>{}</td><td>{state}</td><td class="n">{:.1} %</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
+                escape(&n.id),
+                escape(&n.addr),
+                n.share * 100.0,
+                n.failures,
+                n.downs
+            );
+        }
+        out.push_str("</table>");
+    }
     out.push_str("<h2>Origins</h2>");
     if names.is_empty() {
         out.push_str(r#"<p class="muted">No origin contacted yet.</p>"#);
