@@ -319,8 +319,9 @@ impl CacheStatus {
         s
     }
 
-    /// The field value, with the members of caches further upstream kept after ours
-    /// (RFC 9211 §2: each cache prepends its member).
+    /// The field value: the members of caches further upstream kept, ours after them (RFC
+    /// 9211 §2: the first member is the cache closest to the origin, the last the one closest
+    /// to the user).
     pub fn header_value(&self, upstream: Option<&HeaderValue>) -> HeaderValue {
         let upstream = upstream
             .and_then(|u| u.to_str().ok())
@@ -328,11 +329,13 @@ impl CacheStatus {
         if *self == CacheStatus::HIT && upstream.is_none() {
             return HeaderValue::from_static("trove; hit");
         }
-        let mut s = self.render();
-        if let Some(u) = upstream {
-            s.push_str(", ");
-            s.push_str(u);
-        }
+        // RFC 9211 §2: the first member is the cache closest to the origin, the last the
+        // one closest to the user: what came from upstream, then this cache's member.
+        let own = self.render();
+        let s = match upstream {
+            Some(u) => format!("{u}, {own}"),
+            None => own,
+        };
         HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(CACHE_NAME))
     }
 }
@@ -370,7 +373,7 @@ mod tests {
             CacheStatus::forward(Fwd::Method)
                 .with_detail(Detail::NotStorable(NotStorable::NoStore))
                 .header_value(Some(&up)),
-            "trove; fwd=method; detail=no-store, OriginCache; hit"
+            "OriginCache; hit, trove; fwd=method; detail=no-store"
         );
     }
 }

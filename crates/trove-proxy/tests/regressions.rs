@@ -159,7 +159,7 @@ async fn forward_requests_to_unsafe_ports_are_refused() {
 }
 
 #[tokio::test]
-async fn upstream_cache_status_is_kept_after_ours_9211_2() {
+async fn upstream_cache_status_is_kept_before_ours_9211_2() {
     let origin = Origin::start(|_, _| {
         respond(
             200,
@@ -176,7 +176,7 @@ async fn upstream_cache_status_is_kept_after_ours_9211_2() {
     let r = kit::get(&trove, "/", &[]).await;
     assert_eq!(
         r.header("cache-status"),
-        Some("trove; hit, OriginCache; hit")
+        Some("OriginCache; hit, trove; hit")
     );
 }
 
