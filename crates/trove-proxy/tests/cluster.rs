@@ -327,3 +327,28 @@ async fn the_status_shows_nodes_health_and_shares() {
         "no cluster section"
     );
 }
+
+/// Forward proxies can form a cluster too: a node asks the owner with the whole URL
+/// (absolute form), as its clients asked it, and both key the object alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_proxies_shard_too() {
+    let origin = origin().await;
+    let mut a = Trove::forward(|_| {}).await;
+    let mut b = Trove::forward(|_| {}).await;
+    let nodes = [("a", a.addr), ("b", b.addr)];
+    for (id, t) in [("a", &mut a), ("b", &mut b)] {
+        let mut s = t.running.shared.settings.clone();
+        s.cluster = Some(cluster(id, &nodes));
+        t.running.reload(s).unwrap();
+    }
+    for k in 0..20 {
+        let url = format!("http://{}/f/{k}", origin.addr);
+        for t in [&a, &b] {
+            let r = kit::get(t, &url, &[]).await;
+            assert_eq!((r.status, r.text()), (200, format!("object /f/{k}")));
+        }
+    }
+    assert_eq!(origin.hits(), 20);
+    assert!(a.metric(names::CLUSTER_OWNER_REQUESTS) >= 3.0);
+    assert!(b.metric(names::CLUSTER_OWNER_REQUESTS) >= 3.0);
+}

@@ -44,6 +44,7 @@ pub(super) fn detach(cx: &Ctx<'_>, obj: &Object) -> Detach {
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
                 interim: None,
+                absolute_form: false,
             };
             let resp = fetch::send(&shared, out).await.ok()?;
             // Anything but the rest of this very representation is dropped unread.

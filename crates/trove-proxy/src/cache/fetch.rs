@@ -59,6 +59,9 @@ pub struct Outgoing<'a> {
     pub retry: Retry,
     /// Where the origin's interim responses go: the client's, for a request made for it.
     pub interim: Option<&'a Arc<Interim>>,
+    /// The target sent whole (`http://host/path`), not in origin form: to a cluster peer,
+    /// so that it keys the object as this node did whatever its listener (TLS or not).
+    pub absolute_form: bool,
 }
 
 /// Sends a request to its target's origin, or sheds it at once when too many wait already.
@@ -76,7 +79,11 @@ pub async fn send(shared: &Shared, out: Outgoing<'_>) -> Result<OriginResponse, 
     );
     let mut builder = Request::builder()
         .method(out.req.method.clone())
-        .uri(out.target.url.path_and_query())
+        .uri(if out.absolute_form {
+            out.target.url.key()
+        } else {
+            out.target.url.path_and_query()
+        })
         .version(Version::HTTP_11);
     if let Some(hm) = builder.headers_mut() {
         *hm = h;

@@ -115,6 +115,7 @@ impl Ctx<'_> {
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
                 interim: self.interim.map(InterimSlot::queue),
+                absolute_form: false,
             },
         )
         .await
@@ -157,6 +158,7 @@ impl Ctx<'_> {
                 body: OriginRequestBody::empty(),
                 retry: Retry::Allowed,
                 interim: self.interim.map(InterimSlot::queue),
+                absolute_form: true,
             },
         )
         .await;

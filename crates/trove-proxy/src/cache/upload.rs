@@ -93,6 +93,7 @@ pub(super) async fn send<B: ClientBody>(
                 Retry::No
             },
             interim: cx.interim.map(InterimSlot::queue),
+            absolute_form: false,
         },
     );
     // The pump owns its own sender and drops it when the body ends, which ends the body
