@@ -75,14 +75,7 @@ impl Cluster {
     pub fn shares(&self, samples: u32) -> Vec<f64> {
         let mut owned = vec![0u32; self.nodes().len()];
         for k in 0..samples {
-            let key = format!("share-sample-{k}");
-            let i = match self.owner(&key) {
-                crate::Owner::Me => self.nodes().iter().position(|n| n.me),
-                crate::Owner::Peer(p) => self.nodes().iter().position(|n| std::ptr::eq(&**n, p)),
-            };
-            if let Some(i) = i {
-                owned[i] += 1;
-            }
+            owned[self.owner_index(&format!("share-sample-{k}"))] += 1;
         }
         owned
             .into_iter()

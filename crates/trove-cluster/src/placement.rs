@@ -147,6 +147,18 @@ impl Cluster {
         }
     }
 
+    /// The key's owner as an index into [`Cluster::nodes`].
+    pub fn owner_index(&self, key: &str) -> usize {
+        match self.owner(key) {
+            Owner::Me => self.me,
+            Owner::Peer(p) => self
+                .nodes
+                .iter()
+                .position(|n| std::ptr::eq(&**n, p))
+                .unwrap_or(self.me),
+        }
+    }
+
     /// Every node in the key's rendezvous order, healthy or not (the owner first when it
     /// is healthy): what an operator's `cluster status` and the tests read.
     pub fn order(&self, key: &str) -> Vec<&Node> {

@@ -237,6 +237,15 @@ pub struct ReplayArgs {
     /// falls; CPU time per configuration does not.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Model a cluster of this many nodes: every size in `--sizes` is each node's, and the
+    /// figures are the cluster's (all nodes together).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// How the nodes share the requests: `shard` (trove's `[cluster] mode = "shard"`: each
+    /// key answered by its owner, placed as `trove serve` places it) or `independent`
+    /// (separate caches, or replicate mode, behind a balancer that spreads clients).
+    #[arg(long, default_value = "shard")]
+    pub mode: String,
     /// A disk tier under each configuration's memory (`[cache.disk] size`, `1GiB`): trove's
     /// own, writing real files (zeros of each object's size) in a directory of its own,
     /// removed at the end. None by default.
@@ -716,6 +725,25 @@ pub fn replay(a: &ReplayArgs) -> anyhow::Result<Report> {
             None => replay,
         })
     };
+    if a.nodes > 1 {
+        anyhow::ensure!(
+            a.disk.is_none() && a.outcomes.is_none(),
+            "--nodes models memory tiers only, without --disk or --outcomes"
+        );
+        let route = sweep::Route::new(a.nodes, &a.mode)?;
+        let replays = (0..a.nodes)
+            .map(|_| Replay::new(assume.clone(), configs.clone()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        return sweep::run_cluster(
+            opened.reader,
+            replays,
+            route,
+            assume,
+            src.trace,
+            opened.format,
+            progress,
+        );
+    }
     let threads = if src.trace == "-" {
         1
     } else {

@@ -519,6 +519,26 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 impl ConfigReport {
+    /// Adds another node's figures for the same configuration (a modelled cluster): counts
+    /// summed, ratios made again; a network model's figures do not add up and are dropped.
+    pub fn add(&mut self, o: &ConfigReport) {
+        self.requests += o.requests;
+        self.hits += o.hits;
+        self.bytes_to_clients += o.bytes_to_clients;
+        self.hit_bytes += o.hit_bytes;
+        self.origin_requests += o.origin_requests;
+        self.origin_body_bytes += o.origin_body_bytes;
+        self.evictions += o.evictions;
+        self.stored_objects += o.stored_objects;
+        self.stored_bytes += o.stored_bytes;
+        for (k, v) in &o.outcomes {
+            *self.outcomes.entry(k).or_insert(0) += v;
+        }
+        self.hit_ratio = ratio(self.hits, self.requests);
+        self.byte_hit_ratio = ratio(self.hit_bytes, self.bytes_to_clients);
+        self.network = None;
+    }
+
     fn of(s: &Sim) -> ConfigReport {
         let st = s.engine.store.stats();
         ConfigReport {

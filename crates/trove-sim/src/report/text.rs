@@ -74,6 +74,14 @@ pub fn render(r: &Report) -> String {
         );
     }
     let _ = writeln!(o, ")\n");
+    if let Some(c) = &r.cluster {
+        let _ = writeln!(
+            o,
+            "a cluster of {} nodes, {} mode: each cache size below is each node's, the figures \
+             the cluster's (requests per node: {:?})\n",
+            c.nodes, c.mode, c.requests_per_node
+        );
+    }
     let _ = writeln!(
         o,
         "{:>10} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10}",
