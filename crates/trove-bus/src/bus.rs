@@ -175,6 +175,12 @@ impl Bus {
                     | PublishErrorKind::WrongLastSequence => {
                         return Err(BusError::Refused(e.to_string()))
                     }
+                    PublishErrorKind::StreamNotFound => {
+                        // Also what a server still starting says; a server that lost its store
+                        // gets the stream back (and every consumer then reports a gap).
+                        last = e.to_string();
+                        let _ = timeout_at(until, ensure_stream(&inner.js, s)).await;
+                    }
                     _ => last = e.to_string(),
                 },
                 Err(_) => last = format!("no acknowledgement within {per_attempt:?}"),
@@ -344,7 +350,10 @@ fn wanted_stream(s: &BusSettings) -> stream::Config {
 }
 
 /// Creates the stream, or checks the existing one and brings its limits to the settings'.
-async fn ensure_stream(js: &jetstream::Context, s: &BusSettings) -> Result<(), BusError> {
+pub(crate) async fn ensure_stream(
+    js: &jetstream::Context,
+    s: &BusSettings,
+) -> Result<(), BusError> {
     let fail = |reason: String| BusError::Stream {
         stream: s.stream.clone(),
         reason,

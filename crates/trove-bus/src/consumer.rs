@@ -14,12 +14,14 @@ use std::time::Duration;
 use async_nats::connection::State;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::message::Acker;
+use async_nats::jetstream::stream::ConsumerErrorKind;
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::{self, consumer::pull::MessagesErrorKind};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::time::timeout;
 
-use crate::bus::Inner;
+use crate::bus::{ensure_stream, Inner};
 use crate::counters::Live;
 use crate::envelope::Kind;
 use crate::error::BusError;
@@ -87,6 +89,8 @@ pub struct Consumer {
     pending_gap: Option<Gap>,
     /// A message that arrived after a jump in sequences, handed over after the gap.
     held: Option<jetstream::Message>,
+    /// When the stream this consumer reads was created, as the server said at the last open.
+    stream_created: Option<async_nats::datetime::DateTime>,
     /// Heartbeats missed in a row on an open consumer.
     missed: u32,
 }
@@ -101,6 +105,7 @@ impl Consumer {
             next: after_seq.saturating_add(1),
             pending_gap: None,
             held: None,
+            stream_created: None,
             missed: 0,
         };
         consumer.reopen().await?;
@@ -233,26 +238,34 @@ impl Consumer {
             reason,
         };
         let bounded = |what: &'static str| move |_| fail(format!("{what}: timed out"));
+        // Recreated if the server lost it; the sequences then restart and a gap is reported.
+        timeout(s.request_timeout, ensure_stream(&inner.js, s))
+            .await
+            .map_err(bounded("looking up the stream"))??;
         let mut stream = timeout(s.request_timeout, inner.js.get_stream(&s.stream))
             .await
             .map_err(bounded("looking up the stream"))?
             .map_err(|e| fail(format!("looking up the stream: {e}")))?;
-        let state = timeout(s.request_timeout, stream.info())
+        let info = timeout(s.request_timeout, stream.info())
             .await
             .map_err(bounded("reading the stream's state"))?
-            .map_err(|e| fail(format!("reading the stream's state: {e}")))?
-            .state
-            .clone();
+            .map_err(|e| fail(format!("reading the stream's state: {e}")))?;
+        let state = info.state.clone();
+        // A stream created anew since this consumer last opened (the server lost its store)
+        // numbers from 1 again: nothing this node applied says anything about it.
+        let recreated = matches!(self.stream_created, Some(c) if c != info.created);
+        self.stream_created = Some(info.created);
         Live::raise(&inner.live.last_stream_seq, state.last_sequence);
         // An empty stream says first = last + 1; a fresh one says 0 for both.
         let first = state.first_sequence.max(1);
-        let reset = self.next > state.last_sequence.saturating_add(1);
+        let reset = recreated || self.next > state.last_sequence.saturating_add(1);
         if first > self.next || reset {
             if reset {
                 tracing::warn!(
                     next = self.next,
                     last = state.last_sequence,
-                    "bus: the stream is behind this node's applied sequence (recreated?)"
+                    recreated,
+                    "bus: the stream was recreated or is behind this node's applied sequence"
                 );
             }
             self.pending_gap = Some(Gap {
@@ -265,7 +278,9 @@ impl Consumer {
         // The node's applied sequence, not the server's memory, says where to start.
         match timeout(s.request_timeout, stream.delete_consumer(&self.durable)).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.to_string().contains("not found") => {}
+            Ok(Err(e))
+                if matches!(e.kind(), ConsumerErrorKind::JetStream(ref j)
+                    if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {}
             Ok(Err(e)) => return Err(fail(format!("removing the old consumer: {e}"))),
             Err(_) => return Err(fail("removing the old consumer: timed out".into())),
         }

@@ -253,6 +253,38 @@ async fn retention_exceeded_reports_a_gap_before_anything_else() {
     assert_eq!(delivery(&mut consumer).await.seq, 8);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_that_lost_its_store_makes_a_running_consumer_report_a_gap() {
+    let mut nats = Nats::start();
+    let a = bus(&nats, "a", |_| {}).await;
+    let b = bus(&nats, "b", |_| {}).await;
+    let mut consumer = b.consume(0).await.unwrap();
+    for i in 1..=5u64 {
+        a.publish(format!("old {i}")).await.unwrap();
+        assert_eq!(delivery(&mut consumer).await.seq, i);
+    }
+    nats.restart_without_store();
+    // The stream comes back empty and numbers from 1; past b's 5, so only the stream's
+    // identity tells b that these are not the messages after its 5.
+    for i in 1..=7u64 {
+        assert_eq!(a.publish(format!("new {i}")).await.unwrap(), i);
+    }
+    match next_within(&mut consumer, Duration::from_secs(20)).await {
+        Some(Event::Gap(gap)) => assert_eq!(
+            gap,
+            Gap {
+                missed_from: 6,
+                first_available: 1
+            }
+        ),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    for i in 1..=7u64 {
+        let d = delivery(&mut consumer).await;
+        assert_eq!((d.seq, &d.payload[..]), (i, format!("new {i}").as_bytes()));
+    }
+}
+
 #[tokio::test]
 async fn publish_fails_within_its_timeout_when_nats_is_down() {
     let mut nats = Nats::start();

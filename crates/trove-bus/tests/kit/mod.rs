@@ -97,6 +97,15 @@ impl Nats {
         }
     }
 
+    /// SIGKILL, the store lost (a new disk, a wiped volume), and the server started again on
+    /// the same port.
+    pub fn restart_without_store(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).unwrap();
+        self.restart();
+    }
+
     /// Starts the server and waits for its JetStream-enabled INFO line; false if it exited.
     fn spawn(&mut self) -> bool {
         let bin = binary();
