@@ -113,7 +113,11 @@ impl Consumer {
     }
 
     /// The next message or gap. Waits while the server is away and resumes where it was when
-    /// the server is back; errors only if the consumer can't be recreated once connected.
+    /// it is back (retrying with a backoff of at most a second, logging why); the caller that
+    /// must not wait for ever bounds the call with a timeout and reads [`crate::Bus::status`].
+    ///
+    /// Each node runs one consumer at a time: opening one recreates the node's durable
+    /// consumer, which ends the reading of another open for the same node id.
     pub async fn next(&mut self) -> Result<Event, BusError> {
         loop {
             if let Some(gap) = self.pending_gap.take() {
@@ -183,7 +187,7 @@ impl Consumer {
     /// Checks the message at `self.next` and moves past it; `None` if it was rejected.
     async fn judge(&mut self, message: jetstream::Message) -> Option<Delivery> {
         let seq = self.next;
-        self.next += 1;
+        self.next = seq.saturating_add(1);
         let (message, acker) = message.split();
         match self.inner.signer.open(
             Kind::Invalidation,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::header::HeaderMap;
 use kit::{bus, delivery, next_within, until, Nats};
-use trove_bus::{Bus, BusError, BusSettings, Event, Gap};
+use trove_bus::{Auth, Bus, BusError, BusSettings, Event, Gap};
 
 /// A delivery as a node applied it: its sequence and payload.
 type Applied = (u64, Vec<u8>);
@@ -375,4 +375,20 @@ async fn connecting_to_no_server_says_what_failed() {
         Bus::connect(bad).await,
         Err(BusError::Settings(_))
     ));
+}
+
+#[tokio::test]
+async fn a_token_is_needed_when_the_server_asks_for_one() {
+    let nats = Nats::start_with(&["--auth", "s3cret-token"]);
+    let mut s = nats.settings("a");
+    s.auth = Auth::Token("s3cret-token".into());
+    let a = Bus::connect(s.clone()).await.unwrap();
+    assert_eq!(a.publish("x").await.unwrap(), 1);
+
+    s.auth = Auth::None;
+    let err = match Bus::connect(s).await {
+        Err(e) => e,
+        Ok(_) => panic!("connected without the token"),
+    };
+    assert!(matches!(err, BusError::Connect { .. }), "{err}");
 }

@@ -18,6 +18,8 @@ use trove_bus::{Bus, BusSettings, Consumer, Delivery, Event};
 
 pub struct Nats {
     child: Option<Child>,
+    /// Arguments added to the command line (e.g. `--auth TOKEN`).
+    extra: Vec<String>,
     pub port: u16,
     pub dir: PathBuf,
 }
@@ -42,6 +44,11 @@ fn free_port() -> u16 {
 impl Nats {
     /// A fresh server with an empty store.
     pub fn start() -> Nats {
+        Nats::start_with(&[])
+    }
+
+    /// A fresh server with `extra` arguments.
+    pub fn start_with(extra: &[&str]) -> Nats {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "trove-bus-test-{}-{}",
@@ -54,6 +61,7 @@ impl Nats {
         for _ in 0..3 {
             let mut nats = Nats {
                 child: None,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
                 port: free_port(),
                 dir: dir.clone(),
             };
@@ -119,6 +127,7 @@ impl Nats {
                 "-sd",
             ])
             .arg(&self.dir)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
