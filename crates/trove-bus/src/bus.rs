@@ -199,7 +199,15 @@ impl Bus {
     /// Opens this node's durable consumer at `after_seq + 1`: `after_seq` is the last sequence
     /// this node applied (0 for none). See [`Consumer`].
     pub async fn consume(&self, after_seq: u64) -> Result<Consumer, BusError> {
-        Consumer::open(self.inner.clone(), after_seq).await
+        Consumer::open(self.inner.clone(), None, after_seq).await
+    }
+
+    /// Like [`Bus::consume`], for a node that journaled the stream's epoch with its sequence
+    /// ([`crate::Delivery::epoch`]): if the stream has been created anew since (the NATS
+    /// server lost its store), the consumer reports a [`crate::Gap`] first and reads the new
+    /// stream from its start.
+    pub async fn consume_from(&self, epoch: u64, after_seq: u64) -> Result<Consumer, BusError> {
+        Consumer::open(self.inner.clone(), Some(epoch), after_seq).await
     }
 
     /// Tells the nodes waiting in [`Bus::publish_and_wait`] that this node applied everything

@@ -34,6 +34,10 @@ pub struct Delivery {
     pub from_node: String,
     /// The publisher's bytes, untouched.
     pub payload: Bytes,
+    /// The stream's identity: its creation time in nanoseconds since 1970. Sequences restart
+    /// when a stream is created anew, so a node journals `(epoch, seq)` and opens its consumer
+    /// with both ([`crate::Bus::consume_from`]).
+    pub epoch: u64,
     // Boxed: a JetStream context is large, and a delivery travels in an `Event`.
     acker: Box<Acker>,
     inner: Arc<Inner>,
@@ -89,14 +93,18 @@ pub struct Consumer {
     pending_gap: Option<Gap>,
     /// A message that arrived after a jump in sequences, handed over after the gap.
     held: Option<jetstream::Message>,
-    /// When the stream this consumer reads was created, as the server said at the last open.
-    stream_created: Option<async_nats::datetime::DateTime>,
+    /// The stream's epoch (see [`Delivery::epoch`]) at the last open, or as the node gave it.
+    epoch: Option<u64>,
     /// Heartbeats missed in a row on an open consumer.
     missed: u32,
 }
 
 impl Consumer {
-    pub(crate) async fn open(inner: Arc<Inner>, after_seq: u64) -> Result<Consumer, BusError> {
+    pub(crate) async fn open(
+        inner: Arc<Inner>,
+        epoch: Option<u64>,
+        after_seq: u64,
+    ) -> Result<Consumer, BusError> {
         let durable = format!("trove-{}", inner.settings.node);
         let mut consumer = Consumer {
             inner,
@@ -105,7 +113,7 @@ impl Consumer {
             next: after_seq.saturating_add(1),
             pending_gap: None,
             held: None,
-            stream_created: None,
+            epoch,
             missed: 0,
         };
         consumer.reopen().await?;
@@ -200,6 +208,7 @@ impl Consumer {
                     seq,
                     from_node,
                     payload: message.payload,
+                    epoch: self.epoch.unwrap_or(0),
                     acker: Box::new(acker),
                     inner: self.inner.clone(),
                 })
@@ -257,8 +266,9 @@ impl Consumer {
         let state = info.state.clone();
         // A stream created anew since this consumer last opened (the server lost its store)
         // numbers from 1 again: nothing this node applied says anything about it.
-        let recreated = matches!(self.stream_created, Some(c) if c != info.created);
-        self.stream_created = Some(info.created);
+        let epoch = epoch_of(&info.created);
+        let recreated = matches!(self.epoch, Some(e) if e != epoch);
+        self.epoch = Some(epoch);
         Live::raise(&inner.live.last_stream_seq, state.last_sequence);
         // An empty stream says first = last + 1; a fresh one says 0 for both.
         let first = state.first_sequence.max(1);
@@ -320,8 +330,18 @@ impl Consumer {
         Ok(())
     }
 
+    /// The epoch of the stream this consumer reads (see [`Delivery::epoch`]).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.unwrap_or(0)
+    }
+
     /// The sequence the next delivered message will carry.
     pub fn next_seq(&self) -> u64 {
         self.next
     }
+}
+
+/// A stream's creation time as nanoseconds since 1970 (0 if out of range).
+fn epoch_of(created: &async_nats::datetime::DateTime) -> u64 {
+    u64::try_from(created.unix_timestamp_nanos()).unwrap_or(0)
 }

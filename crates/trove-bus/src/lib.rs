@@ -23,7 +23,10 @@
 //!   applied, in stream order, each once, with the same sequence on every node; the node acks
 //!   after applying, so a crash before that reads it again.
 //! - If retention dropped messages the node never applied, the consumer says so with a
-//!   [`Gap`] before handing over anything after them.
+//!   [`Gap`] before handing over anything after them; so it does if the stream was created
+//!   anew (a NATS server that lost its store numbers from 1 again), noticed by a running
+//!   consumer, and by a restarted one that gives the epoch it journaled
+//!   ([`Bus::consume_from`], [`Delivery::epoch`]).
 //! - With a `signing_key`, a message that is not signed with it (HMAC-SHA256) is never handed
 //!   over; foreign and malformed messages never are either. Both are counted ([`Counters`]).
 //! - The connection comes back by itself when the server does, and a consumer resumes where

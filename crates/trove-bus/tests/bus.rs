@@ -254,15 +254,20 @@ async fn retention_exceeded_reports_a_gap_before_anything_else() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_nats_that_lost_its_store_makes_a_running_consumer_report_a_gap() {
+async fn a_nats_that_lost_its_store_makes_consumers_report_a_gap() {
     let mut nats = Nats::start();
     let a = bus(&nats, "a", |_| {}).await;
     let b = bus(&nats, "b", |_| {}).await;
     let mut consumer = b.consume(0).await.unwrap();
+    let mut epoch = 0;
     for i in 1..=5u64 {
         a.publish(format!("old {i}")).await.unwrap();
-        assert_eq!(delivery(&mut consumer).await.seq, i);
+        let d = delivery(&mut consumer).await;
+        assert_eq!(d.seq, i);
+        epoch = d.epoch;
     }
+    assert_ne!(epoch, 0);
+    assert_eq!(consumer.epoch(), epoch);
     nats.restart_without_store();
     // The stream comes back empty and numbers from 1; past b's 5, so only the stream's
     // identity tells b that these are not the messages after its 5.
@@ -282,7 +287,17 @@ async fn a_nats_that_lost_its_store_makes_a_running_consumer_report_a_gap() {
     for i in 1..=7u64 {
         let d = delivery(&mut consumer).await;
         assert_eq!((d.seq, &d.payload[..]), (i, format!("new {i}").as_bytes()));
+        assert_ne!(d.epoch, epoch);
     }
+
+    // A node that was down through it, back with its journal's (epoch, 5): a gap too.
+    let c = bus(&nats, "c", |_| {}).await;
+    let mut consumer = c.consume_from(epoch, 5).await.unwrap();
+    match next_within(&mut consumer, Duration::from_secs(10)).await {
+        Some(Event::Gap(gap)) => assert_eq!(gap.missed_from, 6),
+        other => panic!("expected a gap, got {other:?}"),
+    }
+    assert_eq!(delivery(&mut consumer).await.seq, 1);
 }
 
 #[tokio::test]
