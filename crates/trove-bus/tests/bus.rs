@@ -407,3 +407,45 @@ async fn a_token_is_needed_when_the_server_asks_for_one() {
     };
     assert!(matches!(err, BusError::Connect { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn an_existing_stream_is_checked_and_its_limits_follow_the_settings() {
+    let nats = Nats::start();
+    let _a = bus(&nats, "a", |_| {}).await;
+    let _b = bus(&nats, "b", |s| s.max_msgs = Some(3)).await;
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let mut stream = js.get_stream("TROVE_INVALIDATIONS").await.unwrap();
+    let config = stream.info().await.unwrap().config.clone();
+    assert_eq!(config.max_messages, 3);
+    assert_eq!(config.max_age, Duration::from_secs(24 * 3600));
+
+    // A stream of that name that doesn't capture the bus's subject is not the bus's.
+    let err = match Bus::connect(BusSettings {
+        stream: "OTHER".into(),
+        ..nats.settings("c")
+    })
+    .await
+    {
+        Err(e) => e,
+        Ok(_) => panic!("two streams cannot capture one subject"),
+    };
+    assert!(matches!(err, BusError::Stream { .. }), "{err}");
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "ELSEWHERE".into(),
+        subjects: vec!["elsewhere".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = match Bus::connect(BusSettings {
+        stream: "ELSEWHERE".into(),
+        subject: "trove.other".into(),
+        ..nats.settings("c")
+    })
+    .await
+    {
+        Err(e) => e,
+        Ok(_) => panic!("connected to a stream that does not capture its subject"),
+    };
+    assert!(err.to_string().contains("captures"), "{err}");
+}
