@@ -338,7 +338,7 @@ async fn publish_and_wait_names_the_node_that_did_not_apply() {
     let fake_c = tokio::spawn({
         let subject = a.settings().applied_subject();
         async move {
-            for _ in 0..20 {
+            for _ in 0..60 {
                 let mut h = HeaderMap::new();
                 h.insert("Trove-Bus", "1");
                 h.insert("Trove-Node", "c");
@@ -353,7 +353,7 @@ async fn publish_and_wait_names_the_node_that_did_not_apply() {
 
     let nodes = vec!["b".to_string(), "c".to_string()];
     let outcome = a
-        .publish_and_wait("tag:news", &nodes, Duration::from_secs(1))
+        .publish_and_wait("tag:news", &nodes, Duration::from_secs(3))
         .await
         .unwrap();
     assert_eq!(outcome.seq, 1);
