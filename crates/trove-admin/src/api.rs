@@ -327,9 +327,14 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
             Ok(json(StatusCode::OK, &manage::stats(shared)))
         }
         (&Method::GET, "cluster", None) => {
-            query.only(&[], &[])?;
+            let url = query.only(&["url"], &[])?.get("url");
             match manage::cluster(shared) {
-                Some(c) => Ok(json(StatusCode::OK, &c)),
+                Some(mut c) => {
+                    if let Some(url) = url {
+                        c.owner = Some(manage::cluster_owner(shared, url)?);
+                    }
+                    Ok(json(StatusCode::OK, &c))
+                }
                 None => Err(Refusal::new(
                     StatusCode::NOT_FOUND,
                     "no-cluster",

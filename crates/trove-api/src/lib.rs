@@ -147,6 +147,10 @@ pub struct ClusterStatus {
     /// `shard` or `replicate`.
     pub mode: String,
     pub nodes: Vec<ClusterNode>,
+    /// With `?url=`: the id of the node that owns that URL now (shard mode; in replicate
+    /// mode, the node answering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// One node in [`ClusterStatus`].

@@ -482,9 +482,13 @@ impl Client {
             .await
     }
 
-    /// `GET /v1/cluster`: the cluster as the node sees it.
-    pub async fn cluster(&self) -> Result<wire::ClusterStatus, ClientError> {
-        self.call(Method::GET, "/v1/cluster", HeaderMap::new(), Bytes::new())
+    /// `GET /v1/cluster`: the cluster as the node sees it; with `url`, which node owns it.
+    pub async fn cluster(&self, url: Option<&str>) -> Result<wire::ClusterStatus, ClientError> {
+        let path = match url {
+            Some(u) => format!("/v1/cluster?{}", query(&[("url", u)])),
+            None => "/v1/cluster".to_string(),
+        };
+        self.call(Method::GET, &path, HeaderMap::new(), Bytes::new())
             .await
     }
 

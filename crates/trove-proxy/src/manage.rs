@@ -594,6 +594,7 @@ pub fn cluster(shared: &Shared) -> Option<api::ClusterStatus> {
     Some(api::ClusterStatus {
         node: c.me().id.clone(),
         mode: c.mode.as_str().to_string(),
+        owner: None,
         nodes: status
             .into_iter()
             .zip(shares)
@@ -607,6 +608,20 @@ pub fn cluster(shared: &Shared) -> Option<api::ClusterStatus> {
                 downs: n.downs,
             })
             .collect(),
+    })
+}
+
+/// The id of the node that owns `url` now (`GET /v1/cluster?url=`): where a put for it must
+/// go in shard mode, and which node's log has its hits.
+pub fn cluster_owner(shared: &Shared, url: &str) -> Result<String, ManageError> {
+    let key = key_of(url)?;
+    let c = shared
+        .cluster
+        .as_ref()
+        .ok_or_else(|| ManageError::BadRequest("this node has no [cluster]".into()))?;
+    Ok(match c.owner(&key) {
+        trove_cluster::Owner::Me => c.me().id.clone(),
+        trove_cluster::Owner::Peer(p) => p.id.clone(),
     })
 }
 

@@ -306,6 +306,24 @@ async fn the_status_shows_nodes_health_and_shares() {
     for n in &c.nodes {
         assert!(n.up && (0.28..0.39).contains(&n.share), "{n:?}");
     }
+    // `trove cluster owner URL`: every node names the same owner, and it is the node whose
+    // log has the fetch.
+    let owner =
+        |t: &Trove, url: &str| trove_proxy::manage::cluster_owner(&t.running.shared, url).unwrap();
+    for k in 0..10 {
+        let url = format!("http://site.test/o/{k}");
+        let o = owner(&troves[0], &url);
+        assert!(troves.iter().all(|t| owner(t, &url) == o), "{url}");
+    }
+    let url = "http://site.test/whose";
+    let id = owner(&troves[1], url);
+    assert_eq!(get_body(&troves[1], "/whose").await.0, 200);
+    let i: usize = id[1..].parse().unwrap();
+    assert_eq!(
+        troves[i].result(0).await,
+        "TCP_MISS/200",
+        "the owner's log has the fetch"
+    );
     troves[2].running.stop(Duration::from_secs(2)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let c = loop {

@@ -323,7 +323,30 @@ pub fn stats(a: ConnOnly) -> anyhow::Result<()> {
 /// `trove cluster status`: the cluster as the node behind the admin API sees it.
 pub fn cluster_status(a: ConnOnly) -> anyhow::Result<()> {
     let api = a.conn.open()?;
-    print_json(&api.run(api.client.cluster())?)
+    print_json(&api.run(api.client.cluster(None))?)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct OwnerArgs {
+    /// The absolute URL (`http://host/path`).
+    url: String,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `trove cluster owner URL`: the node that owns a URL now (where a put for it goes in shard
+/// mode), as `id addr`.
+pub fn cluster_owner(a: OwnerArgs) -> anyhow::Result<()> {
+    let api = a.conn.open()?;
+    let c = api.run(api.client.cluster(Some(&a.url)))?;
+    let owner = c.owner.unwrap_or_default();
+    let addr = c
+        .nodes
+        .iter()
+        .find(|n| n.id == owner)
+        .map_or("", |n| n.addr.as_str());
+    println!("{owner} {addr}");
+    Ok(())
 }
 
 pub fn bans(a: ConnOnly) -> anyhow::Result<()> {

@@ -77,6 +77,9 @@ enum ClusterCommand {
     /// Nodes, whether each is up, the share of keys each owns, failures: JSON from the
     /// admin API's `GET /v1/cluster`.
     Status(api_cli::ConnOnly),
+    /// The node that owns a URL now (`id addr`): in shard mode, where `trove put` for it
+    /// must go.
+    Owner(api_cli::OwnerArgs),
 }
 
 #[derive(clap::Args)]
@@ -140,6 +143,7 @@ fn main() {
         Command::Stats(a) => api_cli::stats(a),
         Command::Bans(a) => api_cli::bans(a),
         Command::Cluster(ClusterCommand::Status(a)) => api_cli::cluster_status(a),
+        Command::Cluster(ClusterCommand::Owner(a)) => api_cli::cluster_owner(a),
         Command::Sim(args) => trove_sim::run(*args),
         Command::Reload(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Reload),
         Command::Rotate(args) => lifecycle::send(&args.config, args.pid, lifecycle::Ask::Rotate),
