@@ -158,15 +158,6 @@ impl Cluster {
                 .unwrap_or(self.me),
         }
     }
-
-    /// Every node in the key's rendezvous order, healthy or not (the owner first when it
-    /// is healthy): what an operator's `cluster status` and the tests read.
-    pub fn order(&self, key: &str) -> Vec<&Node> {
-        let h = key_hash(key);
-        let mut v: Vec<&Node> = self.nodes.iter().map(|n| &**n).collect();
-        v.sort_by_key(|n| std::cmp::Reverse((n.score(h), n.seed)));
-        v
-    }
 }
 
 /// The hash a key is placed by (xxh3, as trove's store keys objects).
