@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/hits/instructions.sh: instructions trove spends per cached 1 KB hit, under callgrind.
+# bench/hits/instructions.sh: instructions trove spends per cached hit (1 KB unless SIZE says), under callgrind.
 #
 # Throughput on this shared 2-core host wanders by ±15 % from one round to the next, and the VM
 # exposes no hardware counters (`perf stat -e instructions` says "not supported"). Counting the
@@ -16,7 +16,8 @@
 # callgrind files are kept in $OUT/<binary name>/; `python3 bench/hits/instructions.py diff A B N`
 # lists the functions whose self cost per request changed most between two of them.
 #
-# Settings (environment): BINS (required), N (default 20000), WARMUP (2000), CONNS (10),
+# Settings (environment): BINS (required), SIZE (object size in KiB, default 1), N (default 20000),
+# WARMUP (2000), CONNS (10),
 # OUT (default /tmp/trove-instructions). Needs valgrind, h2load (nghttp2-client), nginx, curl.
 
 set -euo pipefail
@@ -26,6 +27,7 @@ PEERS=$HERE/peers
 N=${N:-20000}
 WARMUP=${WARMUP:-2000}
 CONNS=${CONNS:-10}
+SIZE=${SIZE:-1}
 OUT=${OUT:-/tmp/trove-instructions}
 : "${BINS:?set BINS to the trove binaries to count}"
 
@@ -45,7 +47,7 @@ trap cleanup EXIT
 
 mkdir -p "$RUN/origin/tmp" "$RUN/www" "$RUN/trove" "$OUT"
 chown nobody:nogroup "$RUN/origin/tmp" 2>/dev/null || true
-head -c 1024 /dev/urandom >"$RUN/www/1k.bin"
+head -c $((SIZE * 1024)) /dev/urandom >"$RUN/www/${SIZE}k.bin"
 chmod -R a+rX "$RUN"
 sed -e "s|@RUN@|$RUN|g" "$PEERS/origin.conf" >"$RUN/origin/nginx.conf"
 sed -e "s|@RUN@|$RUN|g" "$PEERS/trove.toml" >"$RUN/trove/trove.toml"
@@ -54,7 +56,7 @@ setsid nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e "$RUN/origin/error
 ORIGIN_PGID=$!
 sleep 0.5
 
-url=http://127.0.0.1:18090/1k.bin
+url=http://127.0.0.1:18090/${SIZE}k.bin
 for bin in $BINS; do
     name=$(basename "$bin")
     dir=$OUT/$name
