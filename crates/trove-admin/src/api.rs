@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
 use trove_api as wire;
+use trove_proxy::feed;
 use trove_proxy::manage::{self, ManageError};
 use trove_proxy::Shared;
 
@@ -293,8 +294,14 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
             .await
         }
         (&Method::DELETE, "object", None) => {
-            let ack = manage::delete(shared, query.only(&["url"], &[])?.url()?, now)?;
+            let url = query.only(&["url", "wait_ms"], &[])?.url()?;
+            let mut ack = manage::delete(shared, url, now)?;
             manage::durable(shared, ack.seq).await?;
+            let call = wire::Invalidate {
+                url: Some(url.to_string()),
+                ..Default::default()
+            };
+            feed::share(shared, &call, query.wait()?, &mut ack).await?;
             Ok(json(StatusCode::OK, &ack))
         }
         (&Method::GET, "meta", None) => Ok(json(
@@ -302,12 +309,14 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
             &manage::meta(shared, query.only(&["url"], &[])?.url()?, now)?,
         )),
         (&Method::POST, "invalidate", None) => {
-            query.only(&[], &[])?;
+            query.only(&["wait_ms"], &[])?;
+            let wait = query.wait()?;
             let body = read_body(req, 64 << 10).await?;
             let call: wire::Invalidate =
                 serde_json::from_slice(&body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-            let ack = manage::invalidate(shared, &call, now)?;
+            let mut ack = manage::invalidate(shared, &call, now)?;
             manage::durable(shared, ack.seq).await?;
+            feed::share(shared, &call, wait, &mut ack).await?;
             Ok(json(StatusCode::OK, &ack))
         }
         (&Method::GET, "tags", Some(tag)) => Ok(json(
@@ -332,6 +341,9 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
                 Some(mut c) => {
                     if let Some(url) = url {
                         c.owner = Some(manage::cluster_owner(shared, url)?);
+                    }
+                    if let Some(f) = &shared.feed {
+                        c.bus = Some(f.status().await);
                     }
                     Ok(json(StatusCode::OK, &c))
                 }
@@ -427,6 +439,15 @@ impl Query {
 
     fn limit(&self) -> Result<usize, Refusal> {
         Ok(self.number("limit")?.unwrap_or(100).min(100_000) as usize)
+    }
+
+    /// `wait_ms`: how long an invalidation's answer waits for every live node of the
+    /// cluster to apply it (at most a minute).
+    fn wait(&self) -> Result<Option<Duration>, Refusal> {
+        match self.number("wait_ms")? {
+            Some(ms) if ms > 60_000 => Err(bad("wait_ms: at most 60000")),
+            ms => Ok(ms.map(Duration::from_millis)),
+        }
     }
 }
 

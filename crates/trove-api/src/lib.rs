@@ -74,6 +74,14 @@ pub struct Ack {
     /// The normalised URL (the cache key) or prefix the call applied to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// In a cluster with a bus: the invalidation's sequence in the cluster's stream (it was
+    /// stored there before this answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_seq: Option<u64>,
+    /// With `wait`: the live nodes that had not applied it when the wait ended (empty:
+    /// every one had).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_applied_by: Option<Vec<String>>,
 }
 
 /// One stored variant, as `GET /v1/meta` shows it.
@@ -151,6 +159,50 @@ pub struct ClusterStatus {
     /// mode, the node answering).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The invalidation bus (`[cluster.bus]`), if configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus: Option<BusStatus>,
+}
+
+/// The cluster's invalidation bus as one node sees it, in [`ClusterStatus`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BusStatus {
+    /// Connected to a NATS server now.
+    pub connected: bool,
+    /// Read up to date since the start: hits are served (else only misses, unless the node
+    /// was told to serve hits meanwhile).
+    pub current: bool,
+    /// Serving hits now.
+    pub serving_hits: bool,
+    /// The stream's last sequence, as last read.
+    pub last_seq: u64,
+    /// The last sequence this node applied.
+    pub applied: u64,
+    /// `last_seq - applied`.
+    pub lag: u64,
+    /// Invalidations this node published; publishes that failed (answered 503).
+    pub published: u64,
+    pub publish_failures: u64,
+    /// Other nodes' invalidations applied here.
+    pub applied_from_others: u64,
+    /// Times the node dropped its cache because the stream had lost messages it never read.
+    pub gaps: u64,
+    /// Messages refused (unsigned, wrongly signed, malformed).
+    pub rejected: u64,
+    /// Each node's last announced applied sequence (as heard since this node connected) and
+    /// its lag behind `last_seq`.
+    pub nodes: Vec<BusNode>,
+    /// The last error met (connecting, reading, publishing), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One node's position on the bus, in [`BusStatus`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BusNode {
+    pub id: String,
+    pub applied: u64,
+    pub lag: u64,
 }
 
 /// One node in [`ClusterStatus`].

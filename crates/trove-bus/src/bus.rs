@@ -1,6 +1,6 @@
 //! The connection to NATS and the stream: connect, publish, announce, wait, status.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +38,20 @@ pub(crate) struct Inner {
 pub struct WaitOutcome {
     pub seq: u64,
     pub missing: Vec<String>,
+}
+
+/// The highest sequence each node announced as applied, as heard since
+/// [`Bus::follow_applied`] began (a node that announced nothing since is absent).
+#[derive(Debug, Default)]
+pub struct AppliedBoard {
+    nodes: parking_lot::Mutex<BTreeMap<String, u64>>,
+}
+
+impl AppliedBoard {
+    /// Node id → the highest sequence it announced.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.nodes.lock().clone()
+    }
 }
 
 /// The bus as this node sees it.
@@ -285,6 +299,51 @@ impl Bus {
         })
     }
 
+    /// Follows every node's announcements of what it applied ([`Bus::announce_applied`])
+    /// from now on, into a board a status page reads: the highest sequence each node
+    /// announced. A task of its own, ended when the board is dropped; the subscription comes
+    /// back with the connection.
+    pub async fn follow_applied(&self) -> Result<Arc<AppliedBoard>, BusError> {
+        let inner = Arc::clone(&self.inner);
+        let mut announcements = inner
+            .client
+            .subscribe(inner.settings.applied_subject())
+            .await
+            .map_err(|e| BusError::Nats(format!("subscribing to applied announcements: {e}")))?;
+        let board = Arc::new(AppliedBoard::default());
+        let weak = Arc::downgrade(&board);
+        tokio::spawn(async move {
+            while let Some(m) = announcements.next().await {
+                let Some(board) = weak.upgrade() else { return };
+                let node = match inner
+                    .signer
+                    .open(Kind::Applied, m.headers.as_ref(), &m.payload)
+                {
+                    Ok(node) => node,
+                    Err(rejection) => {
+                        inner.count_rejection(rejection, "applied announcement");
+                        continue;
+                    }
+                };
+                match std::str::from_utf8(&m.payload)
+                    .ok()
+                    .and_then(|p| p.parse::<u64>().ok())
+                {
+                    Some(seq) => {
+                        let mut nodes = board.nodes.lock();
+                        let e = nodes.entry(node).or_insert(0);
+                        *e = (*e).max(seq);
+                    }
+                    None => inner.count_rejection(
+                        Rejection::Malformed("bad sequence"),
+                        "applied announcement",
+                    ),
+                }
+            }
+        });
+        Ok(board)
+    }
+
     /// Connection state, sequences and counters. Reads the stream's last sequence from the
     /// server when connected (bounded by `request_timeout`).
     pub async fn status(&self) -> Status {
@@ -312,6 +371,11 @@ impl Bus {
             lag: last_stream_seq.saturating_sub(last_applied),
             counters: inner.live.snapshot(),
         }
+    }
+
+    /// Whether the NATS connection is up now (no round trip).
+    pub fn is_connected(&self) -> bool {
+        self.inner.client.connection_state() == State::Connected
     }
 
     /// The counters alone (no server round trip).

@@ -38,6 +38,7 @@ impl Live {
             rejected_forged: get(&self.rejected_forged),
             gaps: get(&self.gaps),
             reopened: get(&self.reopened),
+            last_stream_seq: get(&self.last_stream_seq),
         }
     }
 }
@@ -59,6 +60,9 @@ pub struct Counters {
     pub gaps: u64,
     /// Times a consumer was reopened after its server connection or consumer was lost.
     pub reopened: u64,
+    /// The highest stream sequence this node has seen (published, delivered or read in the
+    /// stream's state), without a round trip.
+    pub last_stream_seq: u64,
 }
 
 impl Counters {

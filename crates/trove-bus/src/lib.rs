@@ -45,7 +45,7 @@ mod envelope;
 mod error;
 mod settings;
 
-pub use bus::{Bus, Status, WaitOutcome};
+pub use bus::{AppliedBoard, Bus, Status, WaitOutcome};
 pub use consumer::{Consumer, Delivery, Event, Gap};
 pub use counters::Counters;
 pub use error::BusError;

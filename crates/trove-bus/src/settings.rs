@@ -24,8 +24,8 @@ pub enum Auth {
     Credentials(PathBuf),
 }
 
-/// The bus's settings, as the `[cluster.bus]` table of trove's configuration would hold them.
-#[derive(Clone, Debug, Deserialize)]
+/// The bus's settings: the `[cluster.bus]` table of trove's configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BusSettings {
     /// NATS servers to connect to (`nats://host:port`); any one reachable is enough.

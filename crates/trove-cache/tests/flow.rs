@@ -178,6 +178,11 @@ fn run(
         Some(m) => (true, m),
         None => (false, method),
     };
+    // `BYP`: the cache may not be used (`Flow::bypassed`: a cluster node not caught up).
+    let (bypassed, method) = match method.strip_prefix("BYP ") {
+        Some(m) => (true, m),
+        None => (false, method),
+    };
     let method = Method::from_bytes(method.as_bytes()).unwrap();
     let req_fields = fields(&parts[1..]);
     let req = Request::new(&method, &req_fields);
@@ -199,6 +204,7 @@ fn run(
         } else {
             flow
         };
+        let flow = if bypassed { flow.bypassed() } else { flow };
         if unguarded {
             flow.unguarded()
         } else {

@@ -48,12 +48,16 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use trove_store::invalidation::{Ban, Mode, Rule, Selector, Snapshot};
+use trove_store::invalidation::{Ban, FeedPosition, Mode, Rule, Selector, Snapshot};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The journal's file name in the first cache directory.
 pub const FILE: &str = "invalidations.log";
 const TMP: &str = "invalidations.log.new";
+/// Where the cache stands in the cluster's feed of invalidations (`keep_feed_position`): a
+/// file of its own, beside the journal, rewritten in place (32 bytes, one sector).
+pub const FEED_FILE: &str = "feed.position";
+const FEED_MAGIC: [u8; 4] = *b"TRVf";
 const MAGIC: [u8; 4] = *b"TRVj";
 /// The journal's own format version.
 pub const JOURNAL_VERSION: u16 = 1;
@@ -127,6 +131,8 @@ pub struct RuleJournal {
     /// The time one `fdatasync` of an acknowledgement took, last and total, for metrics.
     pub(crate) syncs: AtomicU64,
     pub(crate) sync_nanos: AtomicU64,
+    /// The feed position last made durable in [`FEED_FILE`] (see `keep_feed_position`).
+    feed: Mutex<Option<FeedPosition>>,
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -266,6 +272,19 @@ fn next_record(b: &[u8]) -> Option<(usize, Option<Entry>)> {
         return None;
     }
     Some((len.div_ceil(8) * 8, parse(&b[..len])))
+}
+
+/// The feed position in `dir`, if a whole one is there.
+fn read_feed(dir: &Path) -> Option<FeedPosition> {
+    let b = std::fs::read(dir.join(FEED_FILE)).ok()?;
+    if b.len() < 32 || b[0..4] != FEED_MAGIC || xxh3_64(&b[..24]) != u64_at(&b, 24) {
+        tracing::warn!(dir = %dir.display(), "{FEED_FILE} is damaged: the cluster's feed is read from its start");
+        return None;
+    }
+    Some(FeedPosition {
+        epoch: u64_at(&b, 8),
+        seq: u64_at(&b, 16),
+    })
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -427,6 +446,7 @@ impl RuleJournal {
                 disk_checked,
                 syncs: AtomicU64::new(0),
                 sync_nanos: AtomicU64::new(0),
+                feed: Mutex::new(read_feed(dir)),
             },
             restored,
         ))
@@ -435,10 +455,50 @@ impl RuleJournal {
     /// Removes the journal of a discarded cache directory (its rules covered objects that
     /// are gone).
     pub fn discard(dir: &Path) -> std::io::Result<()> {
-        match std::fs::remove_file(dir.join(FILE)) {
-            Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        for f in [FILE, FEED_FILE] {
+            match std::fs::remove_file(dir.join(f)) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
+        Ok(())
+    }
+
+    /// Makes `position` durable in [`FEED_FILE`]: one 32-byte `pwrite` (magic, epoch, seq,
+    /// checksum) and an `fdatasync`; a new file is synced into the directory. The caller made
+    /// the rules it covers durable first, so a crash between the two only makes the node
+    /// read the last messages again (their rules apply twice: an extra miss at worst, never
+    /// a stale hit). A damaged file reads as no position: the node reads the whole feed.
+    pub fn keep_feed_position(&self, position: FeedPosition) -> std::io::Result<()> {
+        let mut feed = self.feed.lock();
+        if *feed == Some(position) {
+            return Ok(());
+        }
+        let mut b = [0u8; 32];
+        b[0..4].copy_from_slice(&FEED_MAGIC);
+        b[8..16].copy_from_slice(&position.epoch.to_le_bytes());
+        b[16..24].copy_from_slice(&position.seq.to_le_bytes());
+        let sum = xxh3_64(&b[..24]);
+        b[24..32].copy_from_slice(&sum.to_le_bytes());
+        let path = self.dir.join(FEED_FILE);
+        let new = !path.exists();
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        f.write_all_at(&b, 0)?;
+        f.sync_data()?;
+        if new {
+            sync_dir(&self.dir)?;
+        }
+        *feed = Some(position);
+        Ok(())
+    }
+
+    /// The position [`RuleJournal::keep_feed_position`] last made durable.
+    pub fn feed_position(&self) -> Option<FeedPosition> {
+        *self.feed.lock()
     }
 
     fn fail(&self, what: &str, e: &std::io::Error) {
@@ -745,6 +805,40 @@ mod tests {
         assert_eq!(s.rules[3].mode, Mode::Soft);
         assert_eq!(s.rules[2].at, rule(3, Selector::Key(0)).at);
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The cluster's feed position outlives a restart, a damaged one reads as none (the
+    /// node reads the feed from its start), and discarding the cache forgets it.
+    #[test]
+    fn the_feed_position_is_kept_across_a_restart() {
+        let d = dir("feed");
+        let (j, _) = RuleJournal::open(&d, Arc::default()).unwrap();
+        assert_eq!(j.feed_position(), None);
+        for seq in [1, 2, 70_000] {
+            j.keep_feed_position(FeedPosition { epoch: 9, seq })
+                .unwrap();
+        }
+        drop(j);
+        let (j, _) = RuleJournal::open(&d, Arc::default()).unwrap();
+        assert_eq!(
+            j.feed_position(),
+            Some(FeedPosition {
+                epoch: 9,
+                seq: 70_000
+            })
+        );
+        drop(j);
+        let path = d.join(FEED_FILE);
+        let mut b = std::fs::read(&path).unwrap();
+        b[17] ^= 1;
+        std::fs::write(&path, &b).unwrap();
+        let (j, _) = RuleJournal::open(&d, Arc::default()).unwrap();
+        assert_eq!(j.feed_position(), None);
+        j.keep_feed_position(FeedPosition { epoch: 9, seq: 3 })
+            .unwrap();
+        drop(j);
+        RuleJournal::discard(&d).unwrap();
+        assert!(!path.exists());
     }
 
     #[test]

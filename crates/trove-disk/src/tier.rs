@@ -188,6 +188,15 @@ impl trove_store::Journal for JournalHandle {
     ) -> std::io::Result<()> {
         self.journal.compact(snapshot)
     }
+    fn keep_feed_position(
+        &self,
+        position: trove_store::invalidation::FeedPosition,
+    ) -> std::io::Result<()> {
+        self.journal.keep_feed_position(position)
+    }
+    fn feed_position(&self) -> Option<trove_store::invalidation::FeedPosition> {
+        self.journal.feed_position()
+    }
 }
 
 /// How often, at most, the background sweep also passes over the disk (reading every

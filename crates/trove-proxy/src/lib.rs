@@ -28,6 +28,7 @@ pub mod cache;
 pub mod client;
 pub mod destination;
 pub mod fd_limit;
+pub mod feed;
 pub mod handshake;
 pub mod lifecycle;
 pub mod listener;

@@ -158,6 +158,7 @@ async fn start_inner(settings: Settings, lower: Option<&dyn OpenLower>) -> io::R
     let current = Arc::new(Current::default());
     current.set(&shared);
     crate::manage::spawn_sweeper(Arc::clone(&current), std::time::Duration::from_secs(1));
+    crate::feed::spawn(Arc::clone(&current));
     let mut running = Running {
         shared,
         addrs: Vec::new(),

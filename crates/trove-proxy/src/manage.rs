@@ -264,6 +264,8 @@ pub fn invalidate(
         mode: req.mode,
         removed,
         key,
+        bus_seq: None,
+        not_applied_by: None,
     };
     let counted = |kind: Kind| {
         shared.metrics.invalidations[kind as usize * 2 + (mode == Mode::Soft) as usize]
@@ -450,6 +452,8 @@ pub fn put(shared: &Shared, put: Put, now: SystemTime) -> Result<api::Ack, Manag
                 mode: api::Mode::Hard,
                 removed: None,
                 key: Some(key),
+                bus_seq: None,
+                not_applied_by: None,
             })
         }
         Err(Refused::TooLarge) => Err(ManageError::TooLarge(max)),
@@ -595,6 +599,7 @@ pub fn cluster(shared: &Shared) -> Option<api::ClusterStatus> {
         node: c.me().id.clone(),
         mode: c.mode.as_str().to_string(),
         owner: None,
+        bus: None,
         nodes: status
             .into_iter()
             .zip(shares)

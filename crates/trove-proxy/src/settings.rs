@@ -608,6 +608,17 @@ pub struct ClusterSettings {
     /// Failures in a row (probes or requests) after which a peer is taken as down.
     #[serde(default = "fail_after")]
     pub fail_after: u32,
+    /// `[cluster.bus]`: the NATS JetStream stream that carries every invalidation a node
+    /// accepts to every node (`crate::feed`). Without it each node's invalidations stay its
+    /// own. Its `node` is this node's id unless given (and then must be the same).
+    #[serde(default)]
+    pub bus: Option<trove_bus::BusSettings>,
+    /// What the node serves until it has read the bus up to date after a start (or while
+    /// it can't reach it at start-up): `"misses"` (the default: nothing from the cache, so
+    /// nothing another node purged meanwhile) or `"hits"` (the cache as it is, which may
+    /// include objects purged while the node was away).
+    #[serde(default = "until_current")]
+    pub until_current: String,
 }
 
 /// A node of the cluster as configured.
@@ -629,6 +640,9 @@ fn probe_timeout() -> Duration {
 }
 fn fail_after() -> u32 {
     2
+}
+fn until_current() -> String {
+    "misses".into()
 }
 
 impl ClusterSettings {
@@ -652,6 +666,29 @@ impl ClusterSettings {
             })
             .collect();
         trove_cluster::Cluster::new(mode, &self.node, &nodes, self.fail_after)
+    }
+
+    /// The bus's settings for this node (its id filled in), or why they can't be used.
+    pub fn bus_settings(&self) -> Result<Option<trove_bus::BusSettings>, String> {
+        let Some(bus) = &self.bus else {
+            return Ok(None);
+        };
+        let mut bus = bus.clone();
+        if bus.node.is_empty() {
+            bus.node = self.node.clone();
+        } else if bus.node != self.node {
+            return Err(format!(
+                "bus.node {:?} is not this node's id {:?} (leave it out)",
+                bus.node, self.node
+            ));
+        }
+        bus.validate().map_err(|e| e.to_string())?;
+        Ok(Some(bus))
+    }
+
+    /// Whether hits are served before the bus has been read up to date (`until_current`).
+    pub fn hits_before_current(&self) -> bool {
+        self.until_current == "hits"
     }
 }
 
@@ -764,6 +801,15 @@ impl Settings {
         if let Some(c) = &self.cluster {
             if let Err(e) = c.build() {
                 p.push(format!("cluster: {e}"));
+            }
+            if let Err(e) = c.bus_settings() {
+                p.push(format!("cluster: {e}"));
+            }
+            if !matches!(c.until_current.as_str(), "misses" | "hits") {
+                p.push(format!(
+                    "cluster: until_current: {:?} is neither \"misses\" nor \"hits\"",
+                    c.until_current
+                ));
             }
             if c.probe_interval.is_zero() || c.probe_timeout.is_zero() {
                 p.push("cluster: probe_interval and probe_timeout must be greater than 0".into());

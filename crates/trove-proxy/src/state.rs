@@ -59,6 +59,8 @@ pub struct Shared {
     /// `[cluster]`: the nodes sharing this cache and their health (kept across a reload
     /// that did not change it; probed by a task of its own while it lives).
     pub cluster: Option<Arc<trove_cluster::Cluster>>,
+    /// `[cluster.bus]`: the cluster's feed of invalidations (one for the process's life).
+    pub feed: Option<Arc<crate::feed::Feed>>,
     /// This instance's name in `Via` (and loop detection).
     pub via_name: String,
     /// `Via` as `1.1 <name>`: on responses (the origins speak HTTP/1.1) and on requests
@@ -329,6 +331,20 @@ impl Shared {
                 Some(cluster)
             }
         };
+        let feed = match (&settings.cluster, prev) {
+            (c, Some(p)) => {
+                let wanted = c.as_ref().and_then(|c| c.bus_settings().ok().flatten());
+                if wanted.as_ref() != p.feed.as_ref().map(|f| f.settings()) {
+                    tracing::warn!("[cluster.bus] changed: it takes effect at the next start");
+                }
+                p.feed.clone()
+            }
+            (Some(c), None) => c
+                .bus_settings()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+                .map(|b| Arc::new(crate::feed::Feed::new(b, c.hits_before_current()))),
+            (None, None) => None,
+        };
         let origin_slots = match prev {
             Some(p)
                 if p.settings.limits.max_pending_origin_requests
@@ -363,6 +379,7 @@ impl Shared {
                 |p| Arc::clone(&p.memo),
             ),
             cluster,
+            feed,
             via_name,
             via,
             via_http2,
@@ -432,6 +449,9 @@ impl Shared {
                 "# HELP {n} Cluster nodes this node takes as up (itself included).\n# TYPE {n} gauge\n{n} {up}",
                 n = crate::metrics::names::CLUSTER_NODES_UP
             );
+        }
+        if let Some(f) = &self.feed {
+            f.metrics(&mut out);
         }
         if self.has_disk() {
             let stats = self.store.lower_stats();

@@ -26,6 +26,8 @@ fn cluster(node: &str, nodes: &[(&str, SocketAddr)]) -> ClusterSettings {
         probe_interval: Duration::from_millis(100),
         probe_timeout: Duration::from_millis(500),
         fail_after: 2,
+        bus: None,
+        until_current: "misses".into(),
     }
 }
 

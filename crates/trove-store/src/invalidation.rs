@@ -336,6 +336,27 @@ pub trait Journal: Send + Sync {
     /// write can reach the old journal, and never hold a lock the log's users need across
     /// the rewrite.
     fn compact(&self, snapshot: &dyn Fn() -> Snapshot) -> std::io::Result<()>;
+    /// Makes durable where this cache stands in a feed of invalidations it applies from
+    /// elsewhere (a cluster's bus), once every rule made from the feed up to there is
+    /// durable ([`Journal::sync_through`]). Blocking. A journal that keeps none says so.
+    fn keep_feed_position(&self, position: FeedPosition) -> std::io::Result<()> {
+        let _ = position;
+        Err(std::io::Error::other("this journal keeps no feed position"))
+    }
+    /// The position [`Journal::keep_feed_position`] last made durable (across restarts).
+    fn feed_position(&self) -> Option<FeedPosition> {
+        None
+    }
+}
+
+/// Where a cache stands in a feed of invalidations made on other nodes (a cluster's bus):
+/// every message up to `seq` of the feed's incarnation `epoch` has been applied, and the
+/// rules made from them are durable. After a restart the node reads the feed on from there
+/// before it serves a hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedPosition {
+    pub epoch: u64,
+    pub seq: u64,
 }
 
 /// The persistent part of the rule log: what a journal keeps and gives back at start-up.
@@ -651,6 +672,23 @@ impl Invalidations {
     pub fn durable(&self, seq: u64) -> std::io::Result<()> {
         match self.journal.get() {
             Some(j) => j.sync_through(seq),
+            None => Ok(()),
+        }
+    }
+
+    /// Where this cache stood in the feed of other nodes' invalidations when the journal
+    /// last kept it ([`Invalidations::keep_feed_position`]); `None` without a journal (a
+    /// memory-only cache starts empty, so it has nothing to catch up on) or before the
+    /// first.
+    pub fn feed_position(&self) -> Option<FeedPosition> {
+        self.journal.get().and_then(|j| j.feed_position())
+    }
+
+    /// Makes `position` durable, after the rules made from the feed up to it
+    /// ([`Invalidations::durable`]). Without a journal there is nothing to keep. Blocking.
+    pub fn keep_feed_position(&self, position: FeedPosition) -> std::io::Result<()> {
+        match self.journal.get() {
+            Some(j) => j.keep_feed_position(position),
             None => Ok(()),
         }
     }

@@ -78,6 +78,10 @@ pub struct Flow<'r> {
     born: u64,
     /// Partial responses were combined at this lookup already.
     combined: bool,
+    /// The cache is not to be used for this request ([`Flow::bypassed`]), and whether a
+    /// lookup was turned into a pass for it (its `Cache-Status` says `fwd=bypass`).
+    bypass: bool,
+    bypassing: bool,
     /// The origin's answer in hand, cleaned.
     held: Option<Box<Held>>,
 }
@@ -180,6 +184,18 @@ impl<'r> Flow<'r> {
         self
     }
 
+    /// The cache may not be used for this request: a node of a cluster that has not read
+    /// the cluster's invalidations up to date since it started can't tell which of its
+    /// objects another node purged meanwhile. A GET or HEAD then goes to the origin like a
+    /// pass: nothing is served from the store or stored, and `Cache-Status` says
+    /// `fwd=bypass`. Anything else is unchanged.
+    /// A request asked of the key's owner ([`Flow::owned_elsewhere`]) still is; if the owner
+    /// fails, the local lookup it falls back to is bypassed too.
+    pub fn bypassed(mut self) -> Flow<'r> {
+        self.bypass = true;
+        self
+    }
+
     /// For a driver with no front end to guard (the simulator, whose every request was
     /// let through when it was logged): the guards are taken as passed, not asked, a round
     /// trip fewer per request. A proxy never calls it.
@@ -198,6 +214,8 @@ impl<'r> Flow<'r> {
             steps: Steps::new(),
             born: 0,
             combined: false,
+            bypass: false,
+            bypassing: false,
             held: None,
         }
     }
@@ -289,12 +307,12 @@ impl<'r> Flow<'r> {
                     self.state = State::Guarding(Entry::Lookup);
                     return Command::Guard(Guard::Origin);
                 }
-                (State::Start(Entry::Lookup), Event::Start) => {
+                (State::Start(Entry::Lookup), Event::Start) if !self.bypass => {
                     self.steps.push(Step::Lookup);
                     self.state = State::Looking;
                     return Command::Lookup;
                 }
-                (State::Guarding(Entry::Lookup), Event::Allowed) => {
+                (State::Guarding(Entry::Lookup), Event::Allowed) if !self.bypass => {
                     self.steps.push(Step::Lookup);
                     self.state = State::Looking;
                     return Command::Lookup;
@@ -569,7 +587,12 @@ impl<'r> Flow<'r> {
             // the owner's health, so the next requests go to the next node in order).
             (State::AskingOwner, Event::Failed(_)) => self.start(env, Entry::Lookup),
             (State::Passing, Event::Failed(e)) => {
-                self.failed(env, None, Fwd::Method, Outcome::Miss, e)
+                let fwd = if self.bypassing {
+                    Fwd::Bypass
+                } else {
+                    Fwd::Method
+                };
+                self.failed(env, None, fwd, Outcome::Miss, e)
             }
             (State::Passing, Event::Answer(a)) => {
                 let keys = respond::invalidations(self.req.method, self.key, a.status, a.headers);
@@ -581,6 +604,11 @@ impl<'r> Flow<'r> {
                 self.label(env);
                 let held = self.held.as_deref().map(Held::head);
                 let verdict = match held {
+                    Some(_) if self.bypassing => OnResponse::Pass {
+                        status: CacheStatus::forward(Fwd::Bypass)
+                            .with_fwd_status(a.status.as_u16()),
+                        remember: false,
+                    },
                     Some(head) => respond::after_pass(
                         self.req,
                         self.key,
@@ -653,6 +681,13 @@ impl<'r> Flow<'r> {
     }
 
     fn start(&mut self, env: &Env<'_>, entry: Entry) {
+        let entry = match entry {
+            Entry::Lookup if self.bypass => {
+                self.bypassing = true;
+                Entry::Pass
+            }
+            e => e,
+        };
         match entry {
             Entry::Purge => {
                 self.steps.push(Step::Purge);

@@ -67,6 +67,16 @@ pub(super) async fn apply(cx: &Ctx<'_>, p: &Purge) -> Result<Purged, PurgeRefuse
     };
     // The rules are numbered in order: the last one durable means all of them are.
     manage::durable(cx.shared, ack.seq).await.map_err(refused)?;
+    // Then to the cluster's other nodes, before the answer (`crate::feed`). Boxed: a
+    // publish's future is large, and every request's future would carry it.
+    if cx.shared.feed.is_some() {
+        for c in &calls {
+            let mut shared_ack = ack.clone();
+            Box::pin(crate::feed::share(cx.shared, c, None, &mut shared_ack))
+                .await
+                .map_err(refused)?;
+        }
+    }
     Ok(Purged {
         seq: ack.seq,
         removed: ack.removed,

@@ -356,6 +356,45 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
         }
         out.push_str("</table>");
     }
+    if let Some(f) = &shared.feed {
+        let b = f.snapshot();
+        let state = match (b.connected, b.current, b.serving_hits) {
+            (true, true, _) => r#"<span class="ok">connected, up to date</span>"#,
+            (true, false, _) => r#"<span class="bad">connected, catching up: misses only</span>"#,
+            (false, true, _) => {
+                r#"<span class="bad">unreachable: invalidations are refused (503)</span>"#
+            }
+            (false, false, true) => {
+                r#"<span class="bad">never reached: serving hits unproven</span>"#
+            }
+            (false, false, false) => r#"<span class="bad">never reached: misses only</span>"#,
+        };
+        let _ = write!(
+            out,
+            r#"<h2>Invalidation bus</h2><p class="sub">{state} · stream at {} · applied here {} · published {} ({} failed) · from others {} · gaps {} · rejected {}</p>"#,
+            b.last_seq,
+            b.applied,
+            b.published,
+            b.publish_failures,
+            b.applied_from_others,
+            b.gaps,
+            b.rejected
+        );
+        if let Some(e) = &b.last_error {
+            let _ = write!(out, r#"<p class="muted">last error: {}</p>"#, escape(e));
+        }
+        out.push_str("<table><tr><th>node</th><th>applied</th><th>lag</th></tr>");
+        for n in &b.nodes {
+            let _ = write!(
+                out,
+                r#"<tr><td>{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
+                escape(&n.id),
+                n.applied,
+                n.lag
+            );
+        }
+        out.push_str("</table>");
+    }
     out.push_str("<h2>Origins</h2>");
     if names.is_empty() {
         out.push_str(r#"<p class="muted">No origin contacted yet.</p>"#);

@@ -1,0 +1,489 @@
+//! Issue 24's invalidation bus, end to end: a `nats-server` with JetStream and three
+//! `trove serve` child processes on loopback, `[cluster]` in replicate mode with
+//! `[cluster.bus]`. A tag purge on one node is a miss on all three; a node killed while
+//! purges happen serves none of the purged objects when it is back (it reads what it missed
+//! before it serves a hit), and drops its cache when the stream no longer holds what it
+//! missed; NATS killed and restarted under a stream of invalidations loses none that was
+//! acknowledged and applies none twice; while NATS can't be reached invalidations are
+//! refused with 503 `not-durable` and a node that never reached it serves misses only.
+
+mod common;
+#[path = "../../trove-bus/tests/kit/mod.rs"]
+mod nats;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{free_port, is_hit, metric, origin_with, target_of, wait_for, TempDir, Trove};
+use nats::Nats;
+
+const TOKEN: &str = "t0ken";
+
+/// An origin answering every path with a body naming it and how many requests it had
+/// answered (a refetch is told from a stored copy); `/t/red…` is tagged `red`, `/t/blue…`
+/// `blue`.
+fn origin() -> (String, Arc<AtomicUsize>) {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&answered);
+    let (addr, _) = origin_with(move |head| {
+        let n = count.fetch_add(1, Ordering::SeqCst);
+        let target = target_of(head);
+        let path = target
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or(target);
+        let body = format!("{path} answer #{n}");
+        let tag = if path.starts_with("/t/red") {
+            "surrogate-key: red\r\n"
+        } else if path.starts_with("/t/blue") {
+            "surrogate-key: blue\r\n"
+        } else {
+            ""
+        };
+        format!(
+            "HTTP/1.1 200 OK\r\ncache-control: max-age=3600\r\n{tag}content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    (addr, answered)
+}
+
+/// GET `url` through the proxy at `proxy`: `(head, body)`.
+fn get(proxy: &str, url: &str) -> (String, String) {
+    request(proxy, "GET", url)
+}
+
+fn request(proxy: &str, method: &str, url: &str) -> (String, String) {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let host = url.split('/').nth(2).unwrap_or("x");
+    write!(
+        s,
+        "{method} {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.to_string(), body.to_string())
+}
+
+/// One admin API call: `(status, body)`.
+fn api(admin: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// Node `i`'s configuration: a forward proxy on `ports[i]`, replicate mode over the three,
+/// the bus on `nats_url`; a disk tier in `disk` if given; `extra` appended to `[cluster.bus]`.
+fn config(i: usize, ports: &[String], nats_url: &str, disk: Option<&Path>, extra: &str) -> String {
+    let nodes: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(j, p)| format!("{{ id = \"n{j}\", addr = \"{p}\" }}"))
+        .collect();
+    let disk = disk
+        .map(|d| {
+            format!(
+                "[cache.disk]\npath = \"{}\"\nsize = \"8MiB\"\nregion_size = \"256KiB\"\nsync_interval = \"50ms\"\n",
+                d.display()
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "[[listener]]\naddr = \"{}\"\nmode = \"forward\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\
+         [cache]\nmemory = \"4MiB\"\nmax_object = \"256KiB\"\n{disk}\
+         [cluster]\nnode = \"n{i}\"\nmode = \"replicate\"\nprobe_interval = \"200ms\"\nnodes = [{}]\n\
+         [cluster.bus]\nservers = [\"{nats_url}\"]\nsigning_key = \"a secret the nodes share\"\n\
+         publish_timeout = \"1s\"\nconnect_timeout = \"500ms\"\nrequest_timeout = \"1s\"\n{extra}",
+        ports[i],
+        nodes.join(", ")
+    )
+}
+
+struct Node {
+    trove: Trove,
+    proxy: String,
+    admin: String,
+}
+
+fn start_node(dir: &Path, config: &str) -> Node {
+    std::fs::create_dir_all(dir).unwrap();
+    let trove = Trove::start(dir, config);
+    let (proxy, admin) = (trove.proxy(), trove.admin());
+    Node {
+        trove,
+        proxy,
+        admin,
+    }
+}
+
+/// Waits until `node` has read the bus up to date (it serves hits from then on).
+fn current(node: &Node) {
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &node.admin,
+            "trove_cluster_bus_current"
+        ) == 1.0),
+        "node {} read the bus up to date: {:?}",
+        node.proxy,
+        api(&node.admin, "GET", "/v1/cluster", "").1
+    );
+}
+
+/// GETs `url` until it is a hit (the first is a miss, stored); returns the body.
+fn cached(node: &Node, url: &str) -> String {
+    let (head, first) = get(&node.proxy, url);
+    assert!(head.starts_with("HTTP/1.1 200"), "{url}: {head}");
+    let (head, body) = get(&node.proxy, url);
+    assert!(is_hit(&head), "{url} is stored on {}: {head}", node.proxy);
+    assert_eq!(body, first);
+    body
+}
+
+fn three(dir: &Path, nats: &Nats, disks: [bool; 3], extra: &str) -> (Vec<String>, Vec<Node>) {
+    let ports: Vec<String> = (0..3).map(|_| free_port()).collect();
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| {
+            let d = dir.join(format!("n{i}"));
+            let disk = d.join("cache");
+            let c = config(i, &ports, &nats.url(), disks[i].then_some(&*disk), extra);
+            start_node(&d, &c)
+        })
+        .collect();
+    for n in &nodes {
+        current(n);
+    }
+    (ports, nodes)
+}
+
+/// The done-when's first point: a tag purge acknowledged by node 1's API (waiting for the
+/// others) is a miss on all three at once, and only the tagged objects are; a `PURGE` sent
+/// to another node's proxy port reaches the others too.
+#[test]
+fn a_tag_purge_on_one_node_is_a_miss_on_all_three() {
+    let dir = TempDir::new("bus-tag");
+    let nats = Nats::start();
+    let (origin, count) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let (_, nodes) = three(&dir, &nats, [false; 3], "");
+    let paths = ["/t/red-1", "/t/red-2", "/t/blue-1", "/u/one"];
+    let mut bodies = Vec::new();
+    for n in &nodes {
+        bodies.push(paths.map(|p| cached(n, &url(p))));
+    }
+    let fetched = count.load(Ordering::SeqCst);
+    assert_eq!(fetched, 12, "each node fetched each object once");
+
+    let (status, body) = api(
+        &nodes[0].admin,
+        "POST",
+        "/v1/invalidate?wait_ms=5000",
+        r#"{"tag": "red"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"bus_seq\":"), "{body}");
+    assert!(
+        body.contains("\"not_applied_by\":[]"),
+        "every node applied it: {body}"
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        for (j, p) in paths.iter().enumerate() {
+            let (head, b) = get(&n.proxy, &url(p));
+            if p.starts_with("/t/red") {
+                assert!(!is_hit(&head), "{p} on n{i} after the tag purge: {head}");
+                assert_ne!(b, bodies[i][j], "{p} on n{i}: the purged copy");
+            } else {
+                assert!(is_hit(&head), "{p} on n{i} is not tagged red: {head}");
+            }
+        }
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst) - fetched,
+        6,
+        "two objects × three nodes"
+    );
+
+    // PURGE on the proxy port of node 2: the others apply it within moments.
+    let (head, _) = request(&nodes[2].proxy, "PURGE", &url("/u/one"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert!(
+            wait_for(Duration::from_secs(5), || !is_hit(
+                &get(&n.proxy, &url("/u/one")).0
+            )),
+            "/u/one on n{i} after a PURGE on n2"
+        );
+    }
+    for n in &nodes {
+        assert!(metric(&n.admin, "trove_cluster_bus_lag") <= 0.0);
+        assert_eq!(metric(&n.admin, "trove_cluster_bus_rejected_total"), 0.0);
+    }
+    assert_eq!(
+        metric(&nodes[0].admin, "trove_cluster_bus_published_total"),
+        1.0
+    );
+    assert_eq!(
+        metric(&nodes[1].admin, "trove_cluster_bus_applied_total"),
+        2.0
+    );
+}
+
+/// Node 3 (with a disk tier) is killed; purges happen on node 1; node 3 comes back on the
+/// same directory. It serves no purged object, not even before it has read the bus (it
+/// serves misses until then), and once current the objects no purge covered are hits from
+/// its disk again (so its cache did survive, and only the feed kept the purged ones out).
+#[test]
+fn a_node_down_during_purges_serves_no_stale_hit_when_back() {
+    let dir = TempDir::new("bus-down");
+    let nats = Nats::start();
+    let (origin, _) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let (ports, mut nodes) = three(&dir, &nats, [false, false, true], "");
+    let purged = ["/t/red-1", "/t/red-2", "/u/gone"];
+    let kept = ["/t/blue-1", "/u/kept"];
+    let mut old = Vec::new();
+    for p in purged.iter().chain(&kept) {
+        old.push(cached(&nodes[2], &url(p)));
+    }
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &nodes[2].admin,
+            "trove_disk_objects"
+        ) >= 5.0),
+        "the objects reached node 3's disk"
+    );
+    nodes[2].trove.kill9();
+
+    for call in [
+        r#"{"tag": "red"}"#.to_string(),
+        format!(r#"{{"url": "{}"}}"#, url("/u/gone")),
+    ] {
+        let (status, body) = api(&nodes[0].admin, "POST", "/v1/invalidate", &call);
+        assert_eq!(status, 200, "{call}: {body}");
+    }
+
+    let d = dir.join("n2");
+    let c = config(2, &ports, &nats.url(), Some(&d.join("cache")), "");
+    let back = start_node(&d, &c);
+    let mut stale = 0;
+    let mut before_current = 0;
+    while metric(&back.admin, "trove_cluster_bus_current") != 1.0 {
+        for (i, p) in purged.iter().enumerate() {
+            let (head, body) = get(&back.proxy, &url(p));
+            if is_hit(&head) || body == old[i] {
+                stale += 1;
+            }
+            before_current += 1;
+        }
+        if before_current > 3000 {
+            break;
+        }
+    }
+    current(&back);
+    for (i, p) in purged.iter().enumerate() {
+        let (head, body) = get(&back.proxy, &url(p));
+        if body == old[i] {
+            stale += 1;
+        }
+        assert!(!head.is_empty());
+    }
+    assert_eq!(stale, 0, "purged objects served by the node that was down");
+    for (i, p) in kept.iter().enumerate() {
+        let (head, body) = get(&back.proxy, &url(p));
+        assert!(is_hit(&head), "{p} came back from disk: {head}");
+        assert_eq!(body, old[purged.len() + i]);
+    }
+    assert_eq!(metric(&back.admin, "trove_cluster_bus_gaps_total"), 0.0);
+    drop(nodes);
+}
+
+/// The stream keeps 3 messages; 6 invalidations happen while node 3 is down, so what it
+/// missed is gone from the stream: it drops its whole cache instead of serving what it
+/// can't prove valid — even the objects no invalidation named are fetched anew.
+#[test]
+fn a_node_that_missed_more_than_the_stream_keeps_drops_its_cache() {
+    let dir = TempDir::new("bus-gap");
+    let nats = Nats::start();
+    let (origin, _) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let (ports, mut nodes) = three(&dir, &nats, [false, false, true], "max_msgs = 3\n");
+    let kept = ["/u/a", "/u/b"];
+    let old: Vec<String> = kept.iter().map(|p| cached(&nodes[2], &url(p))).collect();
+    assert!(
+        wait_for(Duration::from_secs(20), || metric(
+            &nodes[2].admin,
+            "trove_disk_objects"
+        ) >= 2.0),
+        "the objects reached node 3's disk"
+    );
+    nodes[2].trove.kill9();
+    for k in 0..6 {
+        let call = format!(r#"{{"url": "{}"}}"#, url(&format!("/other/{k}")));
+        let (status, body) = api(&nodes[0].admin, "POST", "/v1/invalidate", &call);
+        assert_eq!(status, 200, "{body}");
+    }
+    let d = dir.join("n2");
+    let c = config(
+        2,
+        &ports,
+        &nats.url(),
+        Some(&d.join("cache")),
+        "max_msgs = 3\n",
+    );
+    let back = start_node(&d, &c);
+    current(&back);
+    assert_eq!(metric(&back.admin, "trove_cluster_bus_gaps_total"), 1.0);
+    for (i, p) in kept.iter().enumerate() {
+        let (head, body) = get(&back.proxy, &url(p));
+        assert!(!is_hit(&head), "{p} after the gap: {head}");
+        assert_ne!(body, old[i], "{p}: the old copy after a gap");
+    }
+}
+
+/// NATS is killed (SIGKILL) and restarted on its store while node 1 takes a stream of URL
+/// invalidations: every invalidation acknowledged (200) is applied by the other two nodes
+/// (their copies are misses), each exactly once (their applied counters equal the count of
+/// acknowledged ones); those refused while NATS was away got 503 `not-durable`.
+#[test]
+fn nats_restarted_under_invalidations_loses_none_acknowledged() {
+    let dir = TempDir::new("bus-restart");
+    let mut nats = Nats::start();
+    let (origin, _) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let (_, nodes) = three(&dir, &nats, [false; 3], "");
+    let n = 60;
+    for node in &nodes[1..] {
+        for k in 0..n {
+            cached(node, &url(&format!("/n/{k}")));
+        }
+    }
+    let mut acked = Vec::new();
+    let mut refused = 0;
+    for k in 0..n {
+        if k == 20 {
+            nats.kill();
+        }
+        if k == 30 {
+            nats.restart();
+        }
+        if k >= 30 {
+            // Under a steady stream, not a burst: the connection comes back within a second.
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        let call = format!(r#"{{"url": "{}"}}"#, url(&format!("/n/{k}")));
+        let (status, body) = api(&nodes[0].admin, "POST", "/v1/invalidate", &call);
+        match status {
+            200 => acked.push(k),
+            503 => {
+                assert!(body.contains("not-durable"), "{body}");
+                refused += 1;
+            }
+            s => panic!("invalidation {k}: {s} {body}"),
+        }
+    }
+    assert!(
+        refused >= 1,
+        "some invalidations were refused while NATS was down"
+    );
+    assert!(
+        acked.len() >= 30 && acked.iter().any(|k| *k >= 30),
+        "acknowledged before the kill and after the restart: {acked:?}"
+    );
+    for (i, node) in nodes.iter().enumerate().skip(1) {
+        assert!(
+            wait_for(Duration::from_secs(20), || metric(
+                &node.admin,
+                "trove_cluster_bus_applied_total"
+            ) >= acked.len() as f64),
+            "n{i} applied every acknowledged invalidation: {}",
+            metric(&node.admin, "trove_cluster_bus_applied_total")
+        );
+        assert_eq!(
+            metric(&node.admin, "trove_cluster_bus_applied_total"),
+            acked.len() as f64,
+            "n{i} applied each once"
+        );
+        for k in &acked {
+            let (head, _) = get(&node.proxy, &url(&format!("/n/{k}")));
+            assert!(
+                !is_hit(&head),
+                "/n/{k} on n{i} after its acknowledged purge: {head}"
+            );
+        }
+    }
+}
+
+/// A node whose NATS is away at start-up serves misses only (`fwd=bypass`), refuses
+/// invalidations with 503 `not-durable`, says so in `/v1/cluster`; once NATS is there it
+/// catches up and serves hits.
+#[test]
+fn without_nats_invalidations_are_refused_and_only_misses_are_served() {
+    let dir = TempDir::new("bus-away");
+    let mut nats = Nats::start();
+    let url_nats = nats.url();
+    nats.kill();
+    let (origin, count) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let ports = vec![free_port()];
+    let c = config(0, &ports, &url_nats, None, "");
+    let node = start_node(&dir.join("n0"), &c);
+    for _ in 0..3 {
+        let (head, _) = get(&node.proxy, &url("/u/x"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("fwd=bypass"),
+            "served without the cache: {head}"
+        );
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        3,
+        "every request went to the origin"
+    );
+    let (status, body) = api(
+        &node.admin,
+        "POST",
+        "/v1/invalidate",
+        &format!(r#"{{"url": "{}"}}"#, url("/u/x")),
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("not-durable"), "{body}");
+    let (_, cluster) = api(&node.admin, "GET", "/v1/cluster", "");
+    assert!(cluster.contains("\"connected\":false"), "{cluster}");
+    assert!(cluster.contains("\"serving_hits\":false"), "{cluster}");
+    assert_eq!(metric(&node.admin, "trove_cluster_bus_current"), 0.0);
+
+    nats.restart();
+    current(&node);
+    cached(&node, &url("/u/x"));
+    let (status, body) = api(
+        &node.admin,
+        "POST",
+        "/v1/invalidate",
+        &format!(r#"{{"url": "{}"}}"#, url("/u/x")),
+    );
+    assert_eq!(status, 200, "{body}");
+}
