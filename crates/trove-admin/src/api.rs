@@ -283,7 +283,13 @@ async fn answer(api: &Api, shared: &Shared, req: Request<Incoming>) -> Result<Re
                 .only(&["url", "ttl", "status", "cache", "tag"], &["tag"])?
                 .url()?;
             let put = read_put(api, shared, &query, url, req).await?;
-            Ok(json(StatusCode::CREATED, &manage::put(shared, put, now)?))
+            feed::check_put_size(shared, put.body.len())?;
+            let shared_copy = shared.feed.is_some().then(|| put.clone());
+            let mut ack = manage::put(shared, put, now)?;
+            if let Some(put) = &shared_copy {
+                feed::share_put(shared, put, &mut ack).await?;
+            }
+            Ok(json(StatusCode::CREATED, &ack))
         }
         (&Method::GET | &Method::HEAD, "object", None) => {
             get_object(

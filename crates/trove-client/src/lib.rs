@@ -391,14 +391,27 @@ impl Client {
 
     /// Any invalidation.
     pub async fn invalidate(&self, what: &Invalidate) -> Result<Ack, ClientError> {
+        self.invalidate_waiting(what, None).await
+    }
+
+    /// [`Client::invalidate`]; in a cluster with a bus, the answer waits up to `wait_ms` for
+    /// every live node to apply it (`Ack::not_applied_by` names those that did not).
+    pub async fn invalidate_waiting(
+        &self,
+        what: &Invalidate,
+        wait_ms: Option<u64>,
+    ) -> Result<Ack, ClientError> {
         let body = serde_json::to_vec(what).map_err(|e| ClientError::Protocol(e.to_string()))?;
         let mut h = HeaderMap::new();
         h.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        self.call(Method::POST, "/v1/invalidate", h, body.into())
-            .await
+        let path = match wait_ms {
+            Some(ms) => format!("/v1/invalidate?wait_ms={ms}"),
+            None => "/v1/invalidate".to_string(),
+        };
+        self.call(Method::POST, &path, h, body.into()).await
     }
 
     pub async fn purge_url(&self, url: &str, mode: Mode) -> Result<Ack, ClientError> {

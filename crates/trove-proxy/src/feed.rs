@@ -47,12 +47,82 @@ use trove_store::invalidation::{FeedPosition, Mode, Selector};
 use crate::manage::{self, ManageError};
 use crate::state::{Current, Shared};
 
-/// What travels on the stream (JSON; the envelope, signature and version are the bus's).
+/// What travels on the stream: this as JSON (the envelope, signature and version are the
+/// bus's), and for a put a newline and the body's bytes after it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 enum Message {
     /// An invalidation or a delete, as the admin API takes it.
     Invalidate(api::Invalidate),
+    /// A put (its body follows the JSON).
+    Put(PutHead),
+}
+
+/// A put's all but its body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutHead {
+    url: String,
+    status: u16,
+    headers: Vec<(String, String)>,
+    ttl_ms: Option<u64>,
+    cache: Option<String>,
+    tags: Vec<String>,
+}
+
+/// The largest put the bus carries: NATS's default `max_payload` (1 MiB) less room for the
+/// envelope and the head.
+pub const MAX_SHARED_PUT: usize = (1 << 20) - (64 << 10);
+
+fn encode_put(put: &manage::Put) -> Result<Vec<u8>, String> {
+    let head = PutHead {
+        url: put.url.clone(),
+        status: put.status,
+        headers: put
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                v.to_str()
+                    .map(|v| (k.as_str().to_string(), v.to_string()))
+                    .map_err(|_| format!("field {k} is not text"))
+            })
+            .collect::<Result<_, _>>()?,
+        ttl_ms: put.ttl.map(|t| t.as_millis() as u64),
+        cache: put.cache.clone(),
+        tags: put.tags.clone(),
+    };
+    let mut out = serde_json::to_vec(&Message::Put(head)).map_err(|e| e.to_string())?;
+    out.push(b'\n');
+    out.extend_from_slice(&put.body);
+    Ok(out)
+}
+
+/// A message's JSON and, for a put, its body.
+fn decode(payload: &bytes::Bytes) -> Result<(Message, bytes::Bytes), String> {
+    let end = payload
+        .iter()
+        .position(|b| *b == b'\n')
+        .unwrap_or(payload.len());
+    let msg = serde_json::from_slice(&payload[..end]).map_err(|e| e.to_string())?;
+    Ok((msg, payload.slice((end + 1).min(payload.len())..)))
+}
+
+fn put_of(head: PutHead, body: bytes::Bytes) -> Result<manage::Put, String> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in head.headers {
+        let k = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| e.to_string())?;
+        let v = http::HeaderValue::from_str(&v).map_err(|e| e.to_string())?;
+        headers.append(k, v);
+    }
+    Ok(manage::Put {
+        url: head.url,
+        status: head.status,
+        headers,
+        body,
+        ttl: head.ttl_ms.map(Duration::from_millis),
+        cache: head.cache,
+        tags: head.tags,
+    })
 }
 
 /// This node's end of the feed; one for the life of the process (a reload keeps it; a
@@ -145,6 +215,16 @@ impl Feed {
         }
         let payload = serde_json::to_vec(&Message::Invalidate(call.clone()))
             .map_err(|e| fail(e.to_string()))?;
+        self.send(bus, payload, wait, fail).await
+    }
+
+    async fn send(
+        &self,
+        bus: &Bus,
+        payload: Vec<u8>,
+        wait: Option<(Duration, Vec<String>)>,
+        fail: impl Fn(String) -> ManageError,
+    ) -> Result<(u64, Option<Vec<String>>), ManageError> {
         let r = match wait {
             None => bus.publish(payload).await.map(|seq| (seq, None)),
             Some((wait, nodes)) => bus
@@ -163,6 +243,30 @@ impl Feed {
                 Err(e)
             }
         }
+    }
+
+    /// Publishes a put this node accepted (and stored), for the nodes that may serve it:
+    /// in replicate mode every node stores it, in shard mode its owner.
+    pub async fn publish_put(&self, put: &manage::Put) -> Result<u64, ManageError> {
+        let fail = |why: String| {
+            self.publish_failures.fetch_add(1, Ordering::Relaxed);
+            ManageError::NotDurable(format!(
+                "stored on this node, but the cluster's bus did not store the put ({why}); the other nodes don't have it"
+            ))
+        };
+        if put.body.len() > MAX_SHARED_PUT {
+            return Err(ManageError::TooLarge(MAX_SHARED_PUT as u64));
+        }
+        let Some(bus) = self.bus.get() else {
+            return Err(fail("not connected to NATS since the start".into()));
+        };
+        if !bus.is_connected() {
+            return Err(fail("not connected to NATS now".into()));
+        }
+        let payload = encode_put(put).map_err(&fail)?;
+        self.send(bus, payload, None, fail)
+            .await
+            .map(|(seq, _)| seq)
     }
 
     /// The feed as this node sees it (a round trip to NATS for the stream's last sequence,
@@ -329,6 +433,29 @@ pub async fn share(
     Ok(())
 }
 
+/// Publishes a put when the node has a feed (the caller stored it here first); the ack gets
+/// the stream's sequence. A put larger than the bus carries is refused (413) before it is
+/// stored anywhere.
+pub async fn share_put(
+    shared: &Shared,
+    put: &manage::Put,
+    ack: &mut api::Ack,
+) -> Result<(), ManageError> {
+    let Some(feed) = &shared.feed else {
+        return Ok(());
+    };
+    ack.bus_seq = Some(feed.publish_put(put).await?);
+    Ok(())
+}
+
+/// Refuses, before anything is stored, a put the bus could not carry to the other nodes.
+pub fn check_put_size(shared: &Shared, len: usize) -> Result<(), ManageError> {
+    if shared.feed.is_some() && len > MAX_SHARED_PUT {
+        return Err(ManageError::TooLarge(MAX_SHARED_PUT as u64));
+    }
+    Ok(())
+}
+
 /// Reads the feed for as long as trove runs: connects (retrying), then applies what the
 /// stream holds past this node's position, and everything after. See the module docs.
 pub fn spawn(current: Arc<Current>) {
@@ -452,8 +579,9 @@ async fn apply(shared: &Shared, feed: &Feed, d: &Delivery) {
     if d.from_node == feed.settings.node {
         return;
     }
-    let call = match serde_json::from_slice::<Message>(&d.payload) {
-        Ok(Message::Invalidate(call)) => call,
+    let call = match decode(&d.payload) {
+        Ok((Message::Invalidate(call), _)) => call,
+        Ok((Message::Put(head), body)) => return apply_put(shared, feed, d, head, body),
         Err(e) => {
             // Signed by a node of the cluster but unreadable here (a newer trove?): what it
             // invalidates is unknown, so nothing cached can be trusted.
@@ -480,6 +608,31 @@ async fn apply(shared: &Shared, feed: &Feed, d: &Delivery) {
             );
             drop_everything(shared, &why).await;
         }
+    }
+}
+
+/// Stores another node's put here if this node may serve it: every node in replicate
+/// mode, the URL's owner in shard mode (a copy elsewhere would never be read).
+fn apply_put(shared: &Shared, feed: &Feed, d: &Delivery, head: PutHead, body: bytes::Bytes) {
+    if let Some(c) = &shared.cluster {
+        if c.mode == trove_cluster::ClusterMode::Shard {
+            let mine = manage::key_of(&head.url)
+                .map(|k| matches!(c.owner(&k), trove_cluster::Owner::Me))
+                .unwrap_or(false);
+            if !mine {
+                return;
+            }
+        }
+    }
+    let stored = put_of(head, body)
+        .map_err(|e| e.to_string())
+        .and_then(|put| manage::put(shared, put, SystemTime::now()).map_err(|e| e.to_string()));
+    match stored {
+        Ok(_) => {
+            feed.applied_from_others.fetch_add(1, Ordering::Relaxed);
+        }
+        // A put not stored is a miss here, never a wrong answer: logged, not fatal.
+        Err(e) => feed.note_error(format!("put {} from {}: {e}", d.seq, d.from_node)),
     }
 }
 

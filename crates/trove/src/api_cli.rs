@@ -187,6 +187,10 @@ pub struct PurgeArgs {
     /// Mark stale (stale-while-revalidate and stale-if-error apply) instead of removing.
     #[arg(long)]
     soft: bool,
+    /// In a cluster with a bus: wait up to this many milliseconds for every live node to
+    /// apply it (the answer's `not_applied_by` names those that did not).
+    #[arg(long, value_name = "MS")]
+    wait_ms: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -301,7 +305,7 @@ pub fn purge(a: PurgeArgs) -> anyhow::Result<()> {
         mode,
     };
     let api = a.conn.open()?;
-    print_json(&api.run(api.client.invalidate(&call))?)
+    print_json(&api.run(api.client.invalidate_waiting(&call, a.wait_ms))?)
 }
 
 pub fn list(a: ListArgs) -> anyhow::Result<()> {

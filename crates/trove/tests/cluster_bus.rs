@@ -5,7 +5,8 @@
 //! before it serves a hit), and drops its cache when the stream no longer holds what it
 //! missed; NATS killed and restarted under a stream of invalidations loses none that was
 //! acknowledged and applies none twice; while NATS can't be reached invalidations are
-//! refused with 503 `not-durable` and a node that never reached it serves misses only.
+//! refused with 503 `not-durable` and a node that never reached it serves misses only; a put
+//! on one node is served by all three, in replicate and in shard mode.
 
 mod common;
 #[path = "../../trove-bus/tests/kit/mod.rs"]
@@ -486,4 +487,178 @@ fn without_nats_invalidations_are_refused_and_only_misses_are_served() {
         &format!(r#"{{"url": "{}"}}"#, url("/u/x")),
     );
     assert_eq!(status, 200, "{body}");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The benchmark behind BENCHMARKS.md's propagation figures (ignored: run it with
+/// `cargo test --release -p trove --test cluster_bus -- --ignored --nocapture`). Three
+/// memory-only nodes and one `nats-server` on loopback. For each of 500 URLs cached on nodes
+/// 2 and 3: a URL invalidation on node 1's API, timed to its acknowledgement, then nodes 2
+/// and 3 are polled with GETs until neither serves the URL from its cache: propagation is
+/// the time from the acknowledgement to the last of them missing. Then 16 clients send
+/// invalidations to the three nodes for 5 s: invalidations per second acknowledged, and the
+/// time until every node applied all of them.
+#[test]
+#[ignore]
+fn propagation_and_rate_over_three_nodes() {
+    let dir = TempDir::new("bus-bench");
+    let nats = Nats::start();
+    let (origin, _) = origin();
+    let url = |p: &str| format!("http://{origin}{p}");
+    let (_, nodes) = three(&dir, &nats, [false; 3], "");
+    let n = 500;
+    let mut acks = Vec::new();
+    let mut props = Vec::new();
+    for k in 0..n {
+        let u = url(&format!("/p/{k}"));
+        for node in &nodes[1..] {
+            cached(node, &u);
+        }
+        let call = format!(r#"{{"url": "{u}"}}"#);
+        let t0 = std::time::Instant::now();
+        let (status, body) = api(&nodes[0].admin, "POST", "/v1/invalidate", &call);
+        let acked = std::time::Instant::now();
+        assert_eq!(status, 200, "{body}");
+        for node in &nodes[1..] {
+            let mut polls = 0;
+            while is_hit(&get(&node.proxy, &u).0) {
+                polls += 1;
+                assert!(polls < 100_000, "{u} still served by {}", node.proxy);
+            }
+        }
+        acks.push(acked - t0);
+        props.push(acked.elapsed());
+    }
+    acks.sort();
+    props.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "acknowledged (applied, journaled, stored in the stream): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {n}",
+        ms(percentile(&acks, 0.5)),
+        ms(percentile(&acks, 0.99)),
+        ms(acks[n - 1])
+    );
+    println!(
+        "acknowledged -> served by no node: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {n}",
+        ms(percentile(&props, 0.5)),
+        ms(percentile(&props, 0.99)),
+        ms(props[n - 1])
+    );
+
+    let applied_before: Vec<f64> = nodes
+        .iter()
+        .map(|n| metric(&n.admin, "trove_cluster_bus_applied_total"))
+        .collect();
+    let admins: Vec<String> = nodes.iter().map(|n| n.admin.clone()).collect();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let start = std::time::Instant::now();
+    let run = Duration::from_secs(5);
+    let workers: Vec<_> = (0..16)
+        .map(|w| {
+            let admin = admins[w % 3].clone();
+            let acked = Arc::clone(&acked);
+            let origin = origin.clone();
+            std::thread::spawn(move || {
+                let mut k = 0;
+                while start.elapsed() < run {
+                    let call = format!(r#"{{"url": "http://{origin}/r/{w}/{k}"}}"#);
+                    let (status, body) = api(&admin, "POST", "/v1/invalidate", &call);
+                    assert_eq!(status, 200, "{body}");
+                    acked.fetch_add(1, Ordering::Relaxed);
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let sent = start.elapsed();
+    let total = acked.load(Ordering::Relaxed) as f64;
+    // Each node applies the others' (its own were applied when accepted).
+    let published: Vec<f64> = nodes
+        .iter()
+        .map(|n| metric(&n.admin, "trove_cluster_bus_published_total"))
+        .collect();
+    let all_published: f64 = published.iter().sum();
+    for (i, node) in nodes.iter().enumerate() {
+        let want = applied_before[i] + all_published - published[i];
+        assert!(
+            wait_for(Duration::from_secs(60), || metric(
+                &node.admin,
+                "trove_cluster_bus_applied_total"
+            ) >= want),
+            "n{i} applied every other node's invalidations"
+        );
+    }
+    let applied = start.elapsed();
+    println!(
+        "16 clients over 3 nodes for {:.1} s: {total} invalidations acknowledged, {:.0}/s; every node had applied all of them {:.2} s after the start ({:.0}/s cluster-wide)",
+        sent.as_secs_f64(),
+        total / sent.as_secs_f64(),
+        applied.as_secs_f64(),
+        total / applied.as_secs_f64()
+    );
+}
+
+/// A put on one node reaches the nodes that may serve it through the bus: in replicate mode
+/// every node serves it as a hit, in shard mode every node serves it (asking its owner, which
+/// stored it); no origin request either way.
+#[test]
+fn a_put_on_one_node_is_served_by_all_three() {
+    for mode in ["replicate", "shard"] {
+        let dir = TempDir::new(&format!("bus-put-{mode}"));
+        let nats = Nats::start();
+        let (origin, count) = origin();
+        let ports: Vec<String> = (0..3).map(|_| free_port()).collect();
+        let nodes: Vec<Node> = (0..3)
+            .map(|i| {
+                let d = dir.join(format!("n{i}"));
+                let c = config(i, &ports, &nats.url(), None, "")
+                    .replace("mode = \"replicate\"", &format!("mode = \"{mode}\""));
+                start_node(&d, &c)
+            })
+            .collect();
+        for n in &nodes {
+            current(n);
+        }
+        for k in 0..6 {
+            let u = format!("http://{origin}/put/{k}");
+            let body = format!("put body {k} in {mode}");
+            let (status, ack) = api(
+                &nodes[k % 3].admin,
+                "PUT",
+                &format!("/v1/object?url={u}&ttl=600"),
+                &body,
+            );
+            assert_eq!(status, 201, "{ack}");
+            let seq: f64 = ack
+                .split("\"bus_seq\":")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("a bus sequence in {ack}"));
+            // Applied everywhere before anyone asks (a GET racing the put fetches from the
+            // origin, and whichever is stored last stays).
+            for n in &nodes {
+                assert!(wait_for(Duration::from_secs(5), || metric(
+                    &n.admin,
+                    "trove_cluster_bus_applied_seq"
+                ) >= seq));
+            }
+            for (i, n) in nodes.iter().enumerate() {
+                let (head, b) = get(&n.proxy, &u);
+                assert!(
+                    is_hit(&head),
+                    "{mode}: /put/{k} put on n{} served by n{i}: {head}",
+                    k % 3
+                );
+                assert_eq!(b, body, "{mode}: /put/{k} on n{i}");
+            }
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 0, "{mode}: no origin request");
+    }
 }
