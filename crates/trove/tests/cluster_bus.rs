@@ -606,7 +606,8 @@ fn propagation_and_rate_over_three_nodes() {
 
 /// A put on one node reaches the nodes that may serve it through the bus: in replicate mode
 /// every node serves it as a hit, in shard mode every node serves it (asking its owner, which
-/// stored it); no origin request either way.
+/// stored it); no origin request either way. In shard mode, objects asked of all three nodes
+/// are fetched from the origin once each.
 #[test]
 fn a_put_on_one_node_is_served_by_all_three() {
     for mode in ["replicate", "shard"] {
@@ -660,5 +661,15 @@ fn a_put_on_one_node_is_served_by_all_three() {
             }
         }
         assert_eq!(count.load(Ordering::SeqCst), 0, "{mode}: no origin request");
+        if mode == "shard" {
+            // And what no one put: each object fetched from the origin once across the three.
+            for k in 0..10 {
+                for n in &nodes {
+                    let (head, _) = get(&n.proxy, &format!("http://{origin}/s/{k}"));
+                    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                }
+            }
+            assert_eq!(count.load(Ordering::SeqCst), 10, "one origin request per object");
+        }
     }
 }
