@@ -5,10 +5,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::report::{Report, RunInfo};
-use crate::robot::{run_load, Mode, Plan};
+use crate::robot::{run_load, Plan};
 use crate::run::{
-    effective_workload, execute, finish, parse_bytes, robots_for, world_of, LoadArgs, OriginSet,
-    ProxyMode, RunArgs,
+    effective_workload, execute, finish, mode_of, parse_bytes, robots_for, world_of, LoadArgs,
+    OriginSet, RunArgs,
 };
 use crate::workload::{Workload, BUILTINS};
 
@@ -157,14 +157,10 @@ fn fill(f: FillArgs) -> anyhow::Result<()> {
         OriginSet::external(run.load.origins.clone())
     };
     let robots = robots_for(&run.load, &w).min(1000);
-    let mode = match (run.proxy, run.mode) {
-        (None, _) => Mode::Direct,
-        (Some(p), ProxyMode::Forward) => Mode::Forward(p),
-        (Some(p), ProxyMode::Reverse) => Mode::Reverse(p),
-    };
+    let mode = mode_of(&run.proxy, run.mode);
     let plan = Plan {
         workload: w2.clone(),
-        mode,
+        mode: mode.clone(),
         origins: origins.addrs.clone(),
         robots,
         threads: run.load.robot_threads,
@@ -238,6 +234,7 @@ fn origin(o: OriginArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::ProxyMode;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -270,8 +267,29 @@ mod tests {
         let Command::Run(r) = b.command else {
             panic!("not run")
         };
-        assert_eq!(r.proxy, Some("127.0.0.1:3128".parse().unwrap()));
+        assert_eq!(r.proxy, vec!["127.0.0.1:3128".parse().unwrap()]);
         assert_eq!(r.mode, ProxyMode::Forward);
+        // Several proxies: repeated, comma-separated, or both.
+        let t = Top::try_parse_from([
+            "trove",
+            "bench",
+            "run",
+            "--proxy",
+            "127.0.0.1:3128,127.0.0.1:3129",
+            "--proxy",
+            "127.0.0.1:3130",
+        ])
+        .unwrap();
+        let Sub::Bench(b) = t.cmd;
+        let Command::Run(r) = b.command else {
+            panic!("not run")
+        };
+        let want: Vec<std::net::SocketAddr> =
+            ["127.0.0.1:3128", "127.0.0.1:3129", "127.0.0.1:3130"]
+                .iter()
+                .map(|a| a.parse().unwrap())
+                .collect();
+        assert_eq!(r.proxy, want);
         assert!(Top::try_parse_from(["trove", "bench", "compare", "--scale", "0.002"]).is_ok());
         assert!(Top::try_parse_from(["trove", "bench", "fill", "--bytes", "64MiB"]).is_ok());
         assert!(Top::try_parse_from(["trove", "bench", "fill", "--bytes", "64XB"]).is_err());

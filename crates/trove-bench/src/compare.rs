@@ -157,7 +157,7 @@ fn measure(
             html: None,
             ..a.load.clone()
         },
-        proxy: Some(peer.addr),
+        proxy: vec![peer.addr],
         mode: ProxyMode::Reverse,
         label: Some(name.into()),
     };

@@ -380,8 +380,8 @@ pub fn execute(a: &DowntimeArgs) -> anyhow::Result<DowntimeReport> {
             .map_or(argv[0].clone(), |n| n.to_string_lossy().into_owned())
     });
     let mode = match a.mode {
-        ProxyMode::Forward => Mode::Forward(a.proxy),
-        ProxyMode::Reverse => Mode::Reverse(a.proxy),
+        ProxyMode::Forward => Mode::Forward(vec![a.proxy]),
+        ProxyMode::Reverse => Mode::Reverse(vec![a.proxy]),
     };
     let ready = a.ready.unwrap_or(a.proxy);
     let dir = temp_dir("downtime")?;
@@ -434,7 +434,7 @@ pub fn execute(a: &DowntimeArgs) -> anyhow::Result<DowntimeReport> {
         .unwrap_or_else(|| (a.rate / w.robots.rate).ceil().max(1.0) as u32);
     let plan = Plan {
         workload: w.clone(),
-        mode,
+        mode: mode.clone(),
         origins: origins.addrs.clone(),
         robots,
         threads: 1,

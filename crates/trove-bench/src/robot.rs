@@ -30,23 +30,45 @@ use crate::stats::{ErrorKind, Outcome, Stats, Tx};
 use crate::workload::{Popularity, Schedule, WorkingObjects, Workload};
 
 /// How robots reach the servers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Through several proxies (a fleet behind no balancer of its own), robots are dealt out to
+/// them round-robin: robot `g` (numbered over all robot threads) always talks to proxy
+/// `g % n`, as the clients of an outside balancer that spreads clients would.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
     /// Straight to the servers: measures the harness's own ceiling.
     Direct,
-    /// Through a forward proxy, with absolute URIs (like Polygraph).
-    Forward(SocketAddr),
-    /// Through a reverse proxy (accelerator), with origin-form URIs and a Host header.
-    Reverse(SocketAddr),
+    /// Through forward proxies (one or more, never none), with absolute URIs (like Polygraph).
+    Forward(Vec<SocketAddr>),
+    /// Through reverse proxies (accelerators; one or more, never none), with origin-form URIs
+    /// and a Host header.
+    Reverse(Vec<SocketAddr>),
 }
 
 impl Mode {
-    /// Short name for reports.
+    /// Short name for reports: every proxy, in robot order.
     pub fn describe(&self) -> String {
+        let list = |v: &[SocketAddr]| {
+            let names: Vec<String> = v.iter().map(ToString::to_string).collect();
+            if names.len() == 1 {
+                format!("proxy {}", names[0])
+            } else {
+                format!("proxies {} (robots round-robin)", names.join(", "))
+            }
+        };
         match self {
             Mode::Direct => "no proxy".into(),
-            Mode::Forward(a) => format!("forward proxy {a}"),
-            Mode::Reverse(a) => format!("reverse proxy {a}"),
+            Mode::Forward(v) => format!("forward {}", list(v)),
+            Mode::Reverse(v) => format!("reverse {}", list(v)),
+        }
+    }
+
+    /// The proxy robot `g` (numbered over all robot threads) talks to; `None` straight to
+    /// the servers (or with an empty list).
+    pub fn proxy_for(&self, g: usize) -> Option<SocketAddr> {
+        match self {
+            Mode::Direct => None,
+            Mode::Forward(v) | Mode::Reverse(v) => (!v.is_empty()).then(|| v[g % v.len()]),
         }
     }
 }
@@ -149,6 +171,8 @@ struct Conn {
 /// an arrival finds none free and live until the end, so the hot path spawns no task and takes
 /// no semaphore per request.
 struct Robot {
+    /// The proxy this robot talks to (`None` straight to the servers).
+    proxy: Option<SocketAddr>,
     idle: RefCell<Vec<Conn>>,
     queue: RefCell<VecDeque<(f64, usize)>>,
     workers: Cell<u32>,
@@ -228,8 +252,11 @@ fn robot_thread(
     let total = plan.robots.max(1) as usize;
     let mine = total / threads + usize::from(index < total % threads);
     let w = &plan.workload;
+    // Robots are numbered over all threads as they are dealt out (thread `index` has robots
+    // index, index + threads, ...), so proxies are dealt round-robin over the whole fleet.
     let robots = (0..mine.max(1))
-        .map(|_| Robot {
+        .map(|i| Robot {
+            proxy: plan.mode.proxy_for(index + i * threads),
             idle: RefCell::new(Vec::new()),
             queue: RefCell::new(VecDeque::new()),
             workers: Cell::new(0),
@@ -516,10 +543,10 @@ async fn exchange(
     let origin = plan.origins[server];
     let ext = &ctx.shared.model.kinds()[spec.kind].ext;
     let path = object_path(plan.world, spec.oid, ext);
-    let (dest, uri) = match plan.mode {
-        Mode::Direct => (origin, path),
-        Mode::Reverse(p) => (p, path),
-        Mode::Forward(p) => (p, format!("http://{origin}{path}")),
+    let (dest, uri) = match (&plan.mode, robot.proxy) {
+        (Mode::Reverse(_), Some(p)) => (p, path),
+        (Mode::Forward(_), Some(p)) => (p, format!("http://{origin}{path}")),
+        _ => (origin, path),
     };
     // From the String itself: no copy, one parse.
     let uri = Uri::try_from(uri).map_err(|_| ErrorKind::Io)?;

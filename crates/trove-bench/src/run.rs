@@ -87,8 +87,10 @@ pub struct RunArgs {
     #[command(flatten)]
     pub load: LoadArgs,
     /// The proxy under test (host:port). Without it robots go straight to the servers.
-    #[arg(long)]
-    pub proxy: Option<SocketAddr>,
+    /// Several (repeated, or comma-separated): robots are dealt out to them round-robin, as
+    /// an outside balancer spreads clients over a fleet.
+    #[arg(long, value_delimiter = ',')]
+    pub proxy: Vec<SocketAddr>,
     /// How to talk to the proxy.
     #[arg(long, value_enum, default_value = "forward")]
     pub mode: ProxyMode,
@@ -144,6 +146,24 @@ pub fn effective_workload(load: &LoadArgs) -> anyhow::Result<Workload> {
     }
     w.validate()?;
     Ok(w)
+}
+
+/// How robots reach the servers: straight without proxies, else through them all.
+pub(crate) fn mode_of(proxies: &[SocketAddr], mode: ProxyMode) -> Mode {
+    match (proxies.is_empty(), mode) {
+        (true, _) => Mode::Direct,
+        (false, ProxyMode::Forward) => Mode::Forward(proxies.to_vec()),
+        (false, ProxyMode::Reverse) => Mode::Reverse(proxies.to_vec()),
+    }
+}
+
+/// A run's default label: its proxies' addresses, `+`-joined, or `no-proxy`.
+pub(crate) fn proxies_label(proxies: &[SocketAddr]) -> String {
+    if proxies.is_empty() {
+        return "no-proxy".into();
+    }
+    let v: Vec<String> = proxies.iter().map(ToString::to_string).collect();
+    v.join("+")
 }
 
 pub(crate) fn robots_for(load: &LoadArgs, w: &Workload) -> u32 {
@@ -224,16 +244,12 @@ pub fn execute(a: &RunArgs, origins: Option<&OriginSet>) -> anyhow::Result<Repor
             &own
         }
     };
-    let mode = match (a.proxy, a.mode) {
-        (None, _) => Mode::Direct,
-        (Some(p), ProxyMode::Forward) => Mode::Forward(p),
-        (Some(p), ProxyMode::Reverse) => Mode::Reverse(p),
-    };
+    let mode = mode_of(&a.proxy, a.mode);
     let robots = robots_for(&a.load, &w);
     let before = origins.counts();
     let plan = Plan {
         workload: w.clone(),
-        mode,
+        mode: mode.clone(),
         origins: origins.addrs.clone(),
         robots,
         threads: a.load.robot_threads,
@@ -266,10 +282,7 @@ pub fn execute(a: &RunArgs, origins: Option<&OriginSet>) -> anyhow::Result<Repor
         _ => None,
     };
     let info = RunInfo {
-        label: a
-            .label
-            .clone()
-            .unwrap_or_else(|| a.proxy.map_or("no-proxy".into(), |p| p.to_string())),
+        label: a.label.clone().unwrap_or_else(|| proxies_label(&a.proxy)),
         mode: mode.describe(),
         scale: a.load.scale,
         robots,

@@ -26,11 +26,19 @@ pub struct Behaviour {
 struct State {
     b: Behaviour,
     store: Mutex<HashMap<String, (http::response::Parts, Bytes)>>,
-    served: AtomicU64,
+    served: Arc<AtomicU64>,
 }
 
 /// Starts the proxy on a runtime thread of its own; returns its address.
+#[allow(dead_code)] // each test binary compiles this module; not every one calls this
 pub fn start(b: Behaviour) -> SocketAddr {
+    start_counted(b).0
+}
+
+/// [`start`], also returning the count of responses the proxy has served.
+pub fn start_counted(b: Behaviour) -> (SocketAddr, Arc<AtomicU64>) {
+    let served = Arc::new(AtomicU64::new(0));
+    let count = served.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -43,7 +51,7 @@ pub fn start(b: Behaviour) -> SocketAddr {
             let st = Arc::new(State {
                 b,
                 store: Mutex::new(HashMap::new()),
-                served: AtomicU64::new(0),
+                served,
             });
             loop {
                 let (s, _) = l.accept().await.unwrap();
@@ -57,7 +65,7 @@ pub fn start(b: Behaviour) -> SocketAddr {
             }
         });
     });
-    rx.recv().unwrap()
+    (rx.recv().unwrap(), count)
 }
 
 async fn handle(
