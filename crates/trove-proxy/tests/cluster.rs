@@ -372,3 +372,81 @@ async fn forward_proxies_shard_too() {
     assert!(a.metric(names::CLUSTER_OWNER_REQUESTS) >= 3.0);
     assert!(b.metric(names::CLUSTER_OWNER_REQUESTS) >= 3.0);
 }
+
+/// A peer that answers garbage, or nothing within the origin timeout: the node that asked
+/// counts the failure and serves the request itself, whole; after `fail_after` failures in
+/// a row the peer is taken as down and its keys are served without asking it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_answering_garbage_or_nothing_is_failed_over() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for garbage in [true, false] {
+        let origin = origin().await;
+        // The fake node accepts (so probes find it up) and reads each request, then answers
+        // bytes that are no HTTP, or nothing for longer than the test lasts.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    if garbage {
+                        let _ = s.write_all(b"\x00\x7fNOT HTTP AT ALL\r\n\r\n").await;
+                        let _ = s.shutdown().await;
+                    } else {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                });
+            }
+        });
+        let mut t = Trove::reverse(&origin, |s| {
+            s.timeouts.origin_response = Duration::from_millis(300);
+        })
+        .await;
+        let mut s = t.running.shared.settings.clone();
+        let mut c = cluster("me", &[("me", t.addr), ("fake", fake)]);
+        // Probes would find it up (it accepts): only the requests' failures count.
+        c.probe_interval = Duration::from_secs(3600);
+        s.cluster = Some(c);
+        t.running.reload(s).unwrap();
+        let nodes = [
+            trove_cluster::PeerSpec {
+                id: "me".into(),
+                addr: t.addr,
+            },
+            trove_cluster::PeerSpec {
+                id: "fake".into(),
+                addr: fake,
+            },
+        ];
+        let view = trove_cluster::Cluster::new(trove_cluster::ClusterMode::Shard, "me", &nodes, 2)
+            .unwrap();
+        let theirs: Vec<usize> = (0..40)
+            .filter(|k| {
+                matches!(
+                    view.owner(&format!("http://site.test/g/{k}")),
+                    trove_cluster::Owner::Peer(_)
+                )
+            })
+            .take(6)
+            .collect();
+        assert_eq!(theirs.len(), 6);
+        for k in &theirs {
+            let path = format!("/g/{k}");
+            let (status, body) = get_body(&t, &path).await;
+            assert_eq!(
+                (status, body.as_str()),
+                (200, &*format!("object {path}")),
+                "garbage: {garbage}"
+            );
+        }
+        // Two failures took it down; the other four were never asked of it.
+        assert_eq!(
+            t.metric(names::CLUSTER_OWNER_FAILURES),
+            2.0,
+            "garbage: {garbage}"
+        );
+        assert_eq!(t.metric(names::CLUSTER_NODES_UP), 1.0, "garbage: {garbage}");
+        assert_eq!(origin.hits(), 6);
+    }
+}
