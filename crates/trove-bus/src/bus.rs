@@ -253,11 +253,7 @@ impl Bus {
         let inner = &self.inner;
         // Subscribed (and the subscription known to the server) before the message exists, so
         // no announcement of it can be missed.
-        let mut announcements = inner
-            .client
-            .subscribe(inner.settings.applied_subject())
-            .await
-            .map_err(|e| BusError::Nats(format!("subscribing to applied announcements: {e}")))?;
+        let mut announcements = inner.subscribe_applied().await?;
         timeout(inner.settings.request_timeout, inner.client.flush())
             .await
             .map_err(|_| BusError::Nats("flush timed out".into()))?
@@ -269,26 +265,10 @@ impl Bus {
             let Ok(Some(m)) = timeout_at(deadline, announcements.next()).await else {
                 break;
             };
-            let node = match inner
-                .signer
-                .open(Kind::Applied, m.headers.as_ref(), &m.payload)
-            {
-                Ok(node) => node,
-                Err(rejection) => {
-                    self.count_rejection(rejection, "applied announcement");
-                    continue;
-                }
-            };
-            let applied = std::str::from_utf8(&m.payload)
-                .ok()
-                .and_then(|p| p.parse::<u64>().ok());
-            match applied {
-                Some(applied) if applied >= seq => {
+            if let Some((node, applied)) = inner.announcement(&m) {
+                if applied >= seq {
                     missing.remove(node.as_str());
                 }
-                Some(_) => {}
-                None => self
-                    .count_rejection(Rejection::Malformed("bad sequence"), "applied announcement"),
             }
         }
         // Unsubscribing is best effort; the subscription dies with the value anyway.
@@ -305,39 +285,16 @@ impl Bus {
     /// back with the connection.
     pub async fn follow_applied(&self) -> Result<Arc<AppliedBoard>, BusError> {
         let inner = Arc::clone(&self.inner);
-        let mut announcements = inner
-            .client
-            .subscribe(inner.settings.applied_subject())
-            .await
-            .map_err(|e| BusError::Nats(format!("subscribing to applied announcements: {e}")))?;
+        let mut announcements = inner.subscribe_applied().await?;
         let board = Arc::new(AppliedBoard::default());
         let weak = Arc::downgrade(&board);
         tokio::spawn(async move {
             while let Some(m) = announcements.next().await {
                 let Some(board) = weak.upgrade() else { return };
-                let node = match inner
-                    .signer
-                    .open(Kind::Applied, m.headers.as_ref(), &m.payload)
-                {
-                    Ok(node) => node,
-                    Err(rejection) => {
-                        inner.count_rejection(rejection, "applied announcement");
-                        continue;
-                    }
-                };
-                match std::str::from_utf8(&m.payload)
-                    .ok()
-                    .and_then(|p| p.parse::<u64>().ok())
-                {
-                    Some(seq) => {
-                        let mut nodes = board.nodes.lock();
-                        let e = nodes.entry(node).or_insert(0);
-                        *e = (*e).max(seq);
-                    }
-                    None => inner.count_rejection(
-                        Rejection::Malformed("bad sequence"),
-                        "applied announcement",
-                    ),
+                if let Some((node, seq)) = inner.announcement(&m) {
+                    let mut nodes = board.nodes.lock();
+                    let e = nodes.entry(node).or_insert(0);
+                    *e = (*e).max(seq);
                 }
             }
         });
@@ -382,13 +339,39 @@ impl Bus {
     pub fn counters(&self) -> Counters {
         self.inner.live.snapshot()
     }
-
-    pub(crate) fn count_rejection(&self, rejection: Rejection, what: &str) {
-        self.inner.count_rejection(rejection, what);
-    }
 }
 
 impl Inner {
+    /// A subscription to every node's announcements of what it applied.
+    async fn subscribe_applied(&self) -> Result<async_nats::Subscriber, BusError> {
+        self.client
+            .subscribe(self.settings.applied_subject())
+            .await
+            .map_err(|e| BusError::Nats(format!("subscribing to applied announcements: {e}")))
+    }
+
+    /// One announcement: the node and the sequence it applied through, or `None` (counted)
+    /// when it is unsigned, wrongly signed or malformed.
+    fn announcement(&self, m: &async_nats::Message) -> Option<(String, u64)> {
+        let node = match self
+            .signer
+            .open(Kind::Applied, m.headers.as_ref(), &m.payload)
+        {
+            Ok(node) => node,
+            Err(rejection) => {
+                self.count_rejection(rejection, "applied announcement");
+                return None;
+            }
+        };
+        let applied = std::str::from_utf8(&m.payload)
+            .ok()
+            .and_then(|p| p.parse::<u64>().ok());
+        if applied.is_none() {
+            self.count_rejection(Rejection::Malformed("bad sequence"), "applied announcement");
+        }
+        Some((node, applied?))
+    }
+
     pub(crate) fn count_rejection(&self, rejection: Rejection, what: &str) {
         match rejection {
             Rejection::Malformed(why) => {
