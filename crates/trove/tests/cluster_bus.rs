@@ -12,14 +12,15 @@ mod common;
 #[path = "../../trove-bus/tests/kit/mod.rs"]
 mod nats;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{free_port, is_hit, metric, origin_with, target_of, wait_for, TempDir, Trove};
+use common::{
+    free_port, get_text as get, is_hit, metric, origin_with, request_text as request, target_of,
+    wait_for, TempDir, Trove,
+};
 use nats::Nats;
 
 const TOKEN: &str = "t0ken";
@@ -54,46 +55,9 @@ fn origin() -> (String, Arc<AtomicUsize>) {
     (addr, answered)
 }
 
-/// GET `url` through the proxy at `proxy`: `(head, body)`.
-fn get(proxy: &str, url: &str) -> (String, String) {
-    request(proxy, "GET", url)
-}
-
-fn request(proxy: &str, method: &str, url: &str) -> (String, String) {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let host = url.split('/').nth(2).unwrap_or("x");
-    write!(
-        s,
-        "{method} {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (head.to_string(), body.to_string())
-}
-
 /// One admin API call: `(status, body)`.
 fn api(admin: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (status, body.to_string())
+    common::api(admin, Some(TOKEN), method, path, body)
 }
 
 /// Node `i`'s configuration: a forward proxy on `ports[i]`, replicate mode over the three,

@@ -107,29 +107,7 @@ fn get(proxy: &str, url: &str) -> Option<(String, Vec<u8>)> {
 
 /// One admin API call: `(status, body)`.
 fn api(admin: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        out.split_once("\r\n\r\n")
-            .map(|x| x.1)
-            .unwrap_or("")
-            .to_string(),
-    )
+    common::api(admin, Some(TOKEN), method, path, body)
 }
 
 /// Starts trove on `disk` and waits for its index.

@@ -7,14 +7,14 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{is_hit, metric, origin_with, target_of, trove, wait_for, TempDir, Trove};
+use common::{
+    api, get_text as get, is_hit, metric, origin_with, target_of, trove, wait_for, TempDir, Trove,
+};
 
 /// An origin serving every path with a cacheable body naming the path and how many
 /// requests it had answered (so a refetch is told from a stored copy); `/t/red…` is tagged
@@ -46,47 +46,6 @@ fn origin() -> (String, Arc<AtomicUsize>) {
         )
         .into_bytes()
     })
-}
-
-/// GET `url` through the proxy: `(head, body)`.
-fn get(proxy: &str, url: &str) -> (String, String) {
-    let mut s = TcpStream::connect(proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let host = url.split('/').nth(2).unwrap_or("x");
-    write!(
-        s,
-        "GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (head.to_string(), body.to_string())
-}
-
-/// One admin API call over TCP: `(status, body)`.
-fn api(admin: &str, token: Option<&str>, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (status, body.to_string())
 }
 
 fn disk_config(disk: &Path, token: &str) -> String {

@@ -306,6 +306,59 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// One request through the proxy at `proxy` on a connection of its own (`Connection:
+/// close`): `(head, body)` as text.
+pub fn request_text(proxy: &str, method: &str, url: &str) -> (String, String) {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let host = url.split('/').nth(2).unwrap_or("x");
+    write!(
+        s,
+        "{method} {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.to_string(), body.to_string())
+}
+
+/// GET `url` through the proxy: `(head, body)`.
+pub fn get_text(proxy: &str, url: &str) -> (String, String) {
+    request_text(proxy, "GET", url)
+}
+
+/// One admin API call over TCP, with a bearer token if given: `(status, body)`.
+pub fn api(
+    admin: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (status, body.to_string())
+}
+
 /// The admin listener's `/metrics` text (`""` if it cannot be reached).
 pub fn metrics_text(admin: &str) -> String {
     let Ok(mut s) = TcpStream::connect(admin) else {
