@@ -3,23 +3,8 @@
 
 mod support;
 
-use clap::Parser;
+use support::run;
 use trove_bench::report::Report;
-use trove_bench::{BenchArgs, Command};
-
-#[derive(Parser)]
-struct Top {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn run(args: &str) -> Report {
-    let argv = std::iter::once("bench").chain(args.split_whitespace());
-    let Command::Run(a) = Top::try_parse_from(argv).unwrap().bench.command else {
-        panic!("not a run command")
-    };
-    trove_bench::cli_execute(&a).unwrap()
-}
 
 #[test]
 fn no_proxy_run_offers_the_configured_hit_ratio_and_sees_no_hits() {

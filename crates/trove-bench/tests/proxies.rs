@@ -6,23 +6,7 @@ mod support;
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use clap::Parser;
-use trove_bench::report::Report;
-use trove_bench::{BenchArgs, Command};
-
-#[derive(Parser)]
-struct Top {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn run(args: &str) -> Report {
-    let argv = std::iter::once("bench").chain(args.split_whitespace());
-    let Command::Run(a) = Top::try_parse_from(argv).unwrap().bench.command else {
-        panic!("not a run command")
-    };
-    trove_bench::cli_execute(&a).unwrap()
-}
+use support::run;
 
 #[test]
 fn robots_are_spread_over_several_proxies() {

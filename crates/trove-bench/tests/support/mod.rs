@@ -116,3 +116,19 @@ async fn handle(
     }
     Ok(Response::from_parts(parts, Full::new(body)))
 }
+
+#[derive(clap::Parser)]
+struct Top {
+    #[command(flatten)]
+    bench: trove_bench::BenchArgs,
+}
+
+/// Runs `trove bench ARGS` (a `run` command line) in this process and returns its report.
+pub fn run(args: &str) -> trove_bench::report::Report {
+    use clap::Parser;
+    let argv = std::iter::once("bench").chain(args.split_whitespace());
+    let trove_bench::Command::Run(a) = Top::try_parse_from(argv).unwrap().bench.command else {
+        panic!("not a run command")
+    };
+    trove_bench::cli_execute(&a).unwrap()
+}
