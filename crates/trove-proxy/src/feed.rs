@@ -205,6 +205,18 @@ impl Feed {
                 "applied on this node, but the cluster's bus did not store it ({why}); the other nodes don't have it"
             ))
         };
+        let payload = serde_json::to_vec(&Message::Invalidate(call.clone()))
+            .map_err(|e| fail(e.to_string()))?;
+        self.send(payload, wait, fail).await
+    }
+
+    /// Publishes `payload` (and waits, with `wait`); `fail` words a refusal.
+    async fn send(
+        &self,
+        payload: Vec<u8>,
+        wait: Option<(Duration, Vec<String>)>,
+        fail: impl Fn(String) -> ManageError,
+    ) -> Result<(u64, Option<Vec<String>>), ManageError> {
         let Some(bus) = self.bus.get() else {
             return Err(fail("not connected to NATS since the start".into()));
         };
@@ -213,18 +225,6 @@ impl Feed {
         if !bus.is_connected() {
             return Err(fail("not connected to NATS now".into()));
         }
-        let payload = serde_json::to_vec(&Message::Invalidate(call.clone()))
-            .map_err(|e| fail(e.to_string()))?;
-        self.send(bus, payload, wait, fail).await
-    }
-
-    async fn send(
-        &self,
-        bus: &Bus,
-        payload: Vec<u8>,
-        wait: Option<(Duration, Vec<String>)>,
-        fail: impl Fn(String) -> ManageError,
-    ) -> Result<(u64, Option<Vec<String>>), ManageError> {
         let r = match wait {
             None => bus.publish(payload).await.map(|seq| (seq, None)),
             Some((wait, nodes)) => bus
@@ -257,16 +257,8 @@ impl Feed {
         if put.body.len() > MAX_SHARED_PUT {
             return Err(ManageError::TooLarge(MAX_SHARED_PUT as u64));
         }
-        let Some(bus) = self.bus.get() else {
-            return Err(fail("not connected to NATS since the start".into()));
-        };
-        if !bus.is_connected() {
-            return Err(fail("not connected to NATS now".into()));
-        }
         let payload = encode_put(put).map_err(&fail)?;
-        self.send(bus, payload, None, fail)
-            .await
-            .map(|(seq, _)| seq)
+        self.send(payload, None, fail).await.map(|(seq, _)| seq)
     }
 
     /// The feed as this node sees it (a round trip to NATS for the stream's last sequence,
