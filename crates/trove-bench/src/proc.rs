@@ -35,7 +35,36 @@ pub fn temp_dir(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// A loopback port that was free a moment ago (the proxy binds it next).
+///
+/// Chosen *below* the kernel's ephemeral range (`ip_local_port_range`): a port the kernel hands
+/// out for `bind(0)` is one it may hand out again a moment later as the local port of some
+/// outgoing connection — the bench's own clients — and the proxy's `bind` then fails with
+/// "address in use" (seen in CI). Below that range only explicit binds take ports. Where the
+/// range leaves no room, falls back to an ephemeral port.
 pub fn free_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // Ports 10000 up to the ephemeral range: clear of the well-known and common service ports.
+    let (base, span) = (10_000u64, u64::from(low.saturating_sub(10_000)));
+    if span >= 1_000 {
+        // Spread processes apart (pid, clock) and calls within one apart (a counter).
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+        let seed = u64::from(std::process::id()).wrapping_mul(7919) ^ nanos;
+        for _ in 0..200 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = base + (seed.wrapping_add(n.wrapping_mul(7_919))) % span;
+            let port = u16::try_from(port).unwrap_or(u16::MAX);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

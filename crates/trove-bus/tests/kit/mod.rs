@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,9 +36,9 @@ fn binary() -> String {
     "nats-server".to_string()
 }
 
+/// A port for the NATS server, below the ephemeral range (see `trove_bench::proc::free_port`).
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().unwrap().port()
+    trove_bench::proc::free_port().expect("a free port")
 }
 
 impl Nats {

@@ -384,10 +384,10 @@ pub fn is_hit(head: &str) -> bool {
         .contains("cache-status: trove; hit")
 }
 
-/// A free port on 127.0.0.1 (bound and released: fine for a test's own listeners).
+/// A free address on 127.0.0.1 for a trove the test starts (bound and released; below the
+/// ephemeral range, so no outgoing connection takes it meanwhile).
 pub fn free_port() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", trove_bench::proc::free_port().unwrap())
 }
 
 /// A small tmpfs mounted for a test, unmounted when dropped.
