@@ -43,6 +43,13 @@ impl Lifecycle {
         self.stop.notify_waiters();
     }
 
+    /// A wait for the stop, to [`enable`](tokio::sync::futures::Notified::enable) and then
+    /// check [`Lifecycle::stopping`] before waiting on (the parts of [`Lifecycle::stopped`],
+    /// for a caller that polls it by hand beside other things).
+    pub fn stop_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.stop.notified()
+    }
+
     /// Resolves once a stop has begun.
     pub async fn stopped(&self) {
         let notified = self.stop.notified();

@@ -569,34 +569,36 @@ impl Acceptor {
                     http2,
                 };
                 let shared = Arc::clone(&shared);
-                let tls = tls.clone();
+                let Some(tls) = tls.clone() else {
+                    // Plain HTTP/1: the connection's task is `conn::serve` itself, nothing
+                    // around it, since an idle keep-alive connection costs what its task
+                    // holds (`conn::serve` keeps a request's state in a box of its own, and
+                    // tells the acceptor when its descriptor is freed).
+                    tokio::spawn(conn::serve(ClientStream::Plain(stream), info, shared));
+                    continue;
+                };
                 let handshakes = Arc::clone(&handshakes);
                 tokio::spawn(async move {
-                    let stream = match &tls {
-                        None => Some(ClientStream::Plain(stream)),
-                        Some(tls) => {
-                            // Counted open while it shakes hands, so the limit holds.
-                            let _open = conn::OpenGuard::new(Arc::clone(&shared.metrics));
-                            let timeout = shared.settings.timeouts.client_head;
-                            Box::pin(crate::handshake::accept(tls, stream, &handshakes, timeout))
-                                .await
-                        }
+                    let stream = {
+                        // Counted open while it shakes hands, so the limit holds.
+                        let _open = conn::OpenGuard::new(Arc::clone(&shared.metrics));
+                        let timeout = shared.settings.timeouts.client_head;
+                        Box::pin(crate::handshake::accept(&tls, stream, &handshakes, timeout)).await
                     };
-                    // Each stage boxed: the task itself stays a few hundred bytes, and what
-                    // the handshake held is freed when it ends rather than sizing the task
-                    // for the connection's life (an idle connection costs what it holds).
+                    // The handshake and HTTP/2 boxed: what the handshake held is freed when
+                    // it ends rather than sizing the task for the connection's life (an idle
+                    // connection costs what it holds).
                     match stream {
                         // ALPN chose HTTP/2.
                         Some(stream) if stream.negotiated_h2() => {
                             Box::pin(crate::client::h2::serve(stream, info, Arc::clone(&shared)))
                                 .await;
+                            shared.freed.notify();
                         }
-                        Some(stream) => {
-                            Box::pin(conn::serve(stream, info, Arc::clone(&shared))).await
-                        }
-                        None => {}
+                        // Not boxed, as for plain connections; notifies `freed` itself.
+                        Some(stream) => conn::serve(stream, info, shared).await,
+                        None => shared.freed.notify(),
                     }
-                    shared.freed.notify();
                 });
             }
         });

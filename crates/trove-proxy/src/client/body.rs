@@ -15,6 +15,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
+use crate::client::buffers;
 use crate::client::head::Framing;
 
 /// Longest chunk-size line (size, extensions) or trailer line accepted.
@@ -39,10 +40,20 @@ impl<R: AsyncRead + Unpin> ReadSide<R> {
 
     /// Reads more bytes into the buffer; `Ok(0)` at end of stream.
     pub async fn fill(&mut self) -> std::io::Result<usize> {
-        if self.buf.capacity() - self.buf.len() < 4096 {
-            self.buf.reserve(8 * 1024);
+        if self.buf.capacity() == 0 {
+            self.buf = buffers::take_read();
+        } else if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve(buffers::READ);
         }
         self.io.read_buf(&mut self.buf).await
+    }
+
+    /// Gives the buffer back (to this thread's pool) if every byte in it has been consumed;
+    /// the next [`ReadSide::fill`] takes one again.
+    pub fn release_if_empty(&mut self) {
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            buffers::give_read(std::mem::take(&mut self.buf));
+        }
     }
 }
 

@@ -179,7 +179,9 @@ pub fn parse(buf: &mut BytesMut, limits: HeadLimits) -> Result<Option<RequestHea
         }
         headers.append(name, value);
     }
-    let _ = buf.split_to(len);
+    // Advanced past, not split off: the buffer stays one unshared allocation (a split
+    // would allocate a reference count for its halves on every request).
+    bytes::Buf::advance(buf, len);
 
     let framing = framing(version, &mut headers, te, cl)?;
     if hosts > 1 || (version == Version::HTTP_11 && hosts == 0) {

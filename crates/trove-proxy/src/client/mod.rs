@@ -8,6 +8,7 @@
 //! parsing; the framing rules, keep-alive decisions and response writing are trove's.
 
 pub mod body;
+pub mod buffers;
 pub mod conn;
 pub mod exchange;
 pub mod h2;

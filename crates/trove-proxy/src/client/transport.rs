@@ -84,25 +84,24 @@ impl ClientStream {
 }
 
 impl ClientRead {
-    /// Waits until the client may have sent something: the socket's readiness, which needs
+    /// Polls whether the client may have sent something: the socket's readiness, which needs
     /// no buffer, so an idle connection can give its buffer back while it waits. A TLS
     /// connection may hold bytes already decrypted (or records read but not yet decrypted)
     /// that the socket no longer shows: rustls is asked first, and those count as ready.
-    pub async fn readable(&self) -> io::Result<()> {
+    /// Polled by hand (one task only waits on a connection): no future at all, where
+    /// tokio's `readable()` is some 180 bytes that every idle connection's task would carry.
+    pub fn poll_readable(&self, cx: &mut std::task::Context<'_>) -> Poll<io::Result<()>> {
         match self {
-            ClientRead::Plain(r) => r.readable().await,
+            ClientRead::Plain(r) => r.as_ref().poll_read_ready(cx),
             ClientRead::Tls(h) => {
-                std::future::poll_fn(|cx| {
-                    let mut s = h.0.lock();
-                    let (tcp, conn) = s.get_mut();
-                    match conn.process_new_packets() {
-                        Ok(st) if st.plaintext_bytes_to_read() == 0 && !st.peer_has_closed() => {}
-                        // Something to read, an end, or an error the next read reports.
-                        _ => return Poll::Ready(Ok(())),
-                    }
-                    tcp.poll_read_ready(cx)
-                })
-                .await
+                let mut s = h.0.lock();
+                let (tcp, conn) = s.get_mut();
+                match conn.process_new_packets() {
+                    Ok(st) if st.plaintext_bytes_to_read() == 0 && !st.peer_has_closed() => {}
+                    // Something to read, an end, or an error the next read reports.
+                    _ => return Poll::Ready(Ok(())),
+                }
+                tcp.poll_read_ready(cx)
             }
         }
     }

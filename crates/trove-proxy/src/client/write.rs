@@ -128,9 +128,27 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
             io,
             timeout,
             sent: 0,
-            // Allocated on first use: an idle connection holds no buffer.
+            // Taken on first use: an idle connection holds no buffer.
             head: BytesMut::new(),
         }
+    }
+
+    /// Gives back the buffer heads are encoded in (an idle connection holds none; the next
+    /// head takes one again, see [`crate::client::buffers`]).
+    pub fn release_buffer(&mut self) {
+        if self.head.capacity() > 0 {
+            crate::client::buffers::give_head(std::mem::take(&mut self.head));
+        }
+    }
+
+    /// The head buffer, emptied, taken from the thread's pool if this connection gave its
+    /// own back.
+    fn head_buffer(&mut self) -> &mut BytesMut {
+        if self.head.capacity() == 0 {
+            self.head = crate::client::buffers::take_head();
+        }
+        self.head.clear();
+        &mut self.head
     }
 
     /// Writes a head and (optionally) the first or only body bytes in one vectored write.
@@ -146,9 +164,8 @@ impl<W: AsyncWrite + Unpin> ClientWriter<W> {
         client_version: Version,
         body: Option<Bytes>,
     ) -> std::io::Result<()> {
-        self.head.clear();
         encode_head(
-            &mut self.head,
+            self.head_buffer(),
             status,
             headers,
             wire,
@@ -272,9 +289,8 @@ impl<W: Sink> ClientWriter<W> {
         body: &dyn trove_store::FileBody,
     ) -> Result<(), DiskSendError> {
         let len = body.len();
-        self.head.clear();
         encode_head(
-            &mut self.head,
+            self.head_buffer(),
             status,
             headers,
             wire,
