@@ -10,6 +10,7 @@
 //! - `model`: object ids to object specs and body bytes (pure).
 //! - `workload`: workload files, the built-in PolyMix-2 and DataComm-1, phases (pure).
 //! - `origin`: the origin servers.
+//! - `client`: the HTTP/1.1 client side of every exchange (parsing with `httparse`).
 //! - `robot`: the robots, their connections, the arrival process, response checking.
 //! - `stats`, `histogram`: what robots record. `report`, `html`: what users read.
 //! - `proc`, `peers`, `compare`, `downtime`: running proxies as child processes.
@@ -23,6 +24,7 @@
 //! dependency-free) for Last-Modified and Expires.
 
 mod cli;
+pub mod client;
 pub mod compare;
 pub mod downtime;
 pub mod histogram;

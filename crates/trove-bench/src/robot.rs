@@ -15,15 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Request, Uri};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, Zipf};
 use tokio::time::Instant;
 
+use crate::client;
 use crate::model::{mix64, pattern, verify_chunk, Model, ObjectSpec, SplitMix64};
 use crate::origin::{object_path, ECHO_HEADER, REQ_HEADER};
 use crate::stats::{ErrorKind, Outcome, Stats, Tx};
@@ -161,7 +157,7 @@ impl Shared {
 
 struct Conn {
     dest: SocketAddr,
-    tx: SendRequest<Empty<Bytes>>,
+    tx: client::Conn,
     left: u32,
 }
 
@@ -198,7 +194,7 @@ struct Ctx {
     conn_limit: u32,
     conn_zipf: Option<Zipf<f64>>,
     /// Host header value of each origin server.
-    hosts: Vec<HeaderValue>,
+    hosts: Vec<String>,
 }
 
 /// Runs the plan to completion and returns what was measured.
@@ -278,11 +274,7 @@ fn robot_thread(
             idle_wake: tokio::sync::Notify::new(),
             closing: Cell::new(false),
             conn_limit: plan.workload.robots.conn_limit.max(1),
-            hosts: plan
-                .origins
-                .iter()
-                .map(|o| HeaderValue::from_str(&o.to_string()).expect("ascii"))
-                .collect(),
+            hosts: plan.origins.iter().map(ToString::to_string).collect(),
             start: Instant::now(),
             robots,
             conn_zipf,
@@ -504,16 +496,9 @@ async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
 }
 
 async fn connect(ctx: &Ctx, dest: SocketAddr) -> Result<Conn, ErrorKind> {
-    let stream = tokio::net::TcpStream::connect(dest)
+    let tx = client::Conn::connect(dest)
         .await
         .map_err(|_| ErrorKind::Connect)?;
-    let _ = stream.set_nodelay(true);
-    let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|_| ErrorKind::Connect)?;
-    tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
     ctx.stats.borrow_mut().conns_opened += 1;
     let left = ctx
         .conn_zipf
@@ -525,7 +510,7 @@ fn take_idle(robot: &Robot, dest: SocketAddr) -> Option<Conn> {
     let mut idle = robot.idle.borrow_mut();
     while let Some(i) = idle.iter().rposition(|c| c.dest == dest) {
         let c = idle.swap_remove(i);
-        if !c.tx.is_closed() {
+        if c.tx.reusable() {
             return Some(c);
         }
     }
@@ -543,90 +528,85 @@ async fn exchange(
     let origin = plan.origins[server];
     let ext = &ctx.shared.model.kinds()[spec.kind].ext;
     let path = object_path(plan.world, spec.oid, ext);
-    let (dest, uri) = match (&plan.mode, robot.proxy) {
-        (Mode::Reverse(_), Some(p)) => (p, path),
-        (Mode::Forward(_), Some(p)) => (p, format!("http://{origin}{path}")),
-        _ => (origin, path),
+    let dest = match (&plan.mode, robot.proxy) {
+        (Mode::Reverse(_) | Mode::Forward(_), Some(p)) => p,
+        _ => origin,
     };
-    // From the String itself: no copy, one parse.
-    let uri = Uri::try_from(uri).map_err(|_| ErrorKind::Io)?;
     let nonce = ctx.nonce.get() + 1;
     ctx.nonce.set(nonce);
-    let nonce = HeaderValue::from_maybe_shared(Bytes::from(format!(
-        "{:x}-{nonce:x}-{:x}",
-        plan.world, ctx.thread
-    )))
-    .expect("hex and dashes");
-    let host = &ctx.hosts[server];
+    // The request head, written once: GET, the URI (absolute to a forward proxy), the Host,
+    // and the nonce the server echoes to tell a miss from a hit.
+    let mut request = Vec::with_capacity(160 + path.len());
+    {
+        use std::io::Write as _;
+        let host = &ctx.hosts[server];
+        let absolute = matches!((&plan.mode, robot.proxy), (Mode::Forward(_), Some(_)));
+        let _ = write!(request, "GET ");
+        if absolute {
+            let _ = write!(request, "http://{origin}");
+        }
+        let _ = write!(
+            request,
+            "{path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: trove-bench/0.1\r\nAccept: */*\r\n{REQ_HEADER}: {:x}-{nonce:x}-{:x}\r\n\r\n",
+            plan.world, ctx.thread
+        );
+    }
+    let nonce_at = request.len() - 4;
+    let nonce_value = {
+        let line = &request[..nonce_at];
+        let from = line.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1);
+        from..nonce_at
+    };
+    let mut echo = Vec::new();
+    let pat = pattern(spec.oid);
     for attempt in 0..2 {
         let (mut conn, reused) = match take_idle(robot, dest) {
             Some(c) => (c, true),
             None => (connect(ctx, dest).await?, false),
         };
-        if conn.tx.ready().await.is_err() {
-            if reused {
-                continue;
-            }
-            return Err(ErrorKind::Io);
-        }
-        let mut req = Request::new(Empty::new());
-        *req.uri_mut() = uri.clone();
-        let h = req.headers_mut();
-        h.reserve(4);
-        h.insert(header::HOST, host.clone());
-        h.insert(
-            header::USER_AGENT,
-            HeaderValue::from_static("trove-bench/0.1"),
-        );
-        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        h.insert(HeaderName::from_static(REQ_HEADER), nonce.clone());
-        let resp = match conn.tx.send_request(req).await {
-            Ok(r) => r,
+        let mut got = 0u64;
+        let mut bad = None;
+        let result = conn
+            .tx
+            .exchange(&request, Some(ECHO_HEADER), &mut echo, |d| {
+                if got + d.len() as u64 > spec.size {
+                    bad = Some(ErrorKind::Length);
+                    return Err(());
+                }
+                if verify_chunk(&pat, got, d).is_some() {
+                    bad = Some(ErrorKind::Content);
+                    return Err(());
+                }
+                got += d.len() as u64;
+                Ok(())
+            })
+            .await;
+        let head = match result {
+            Ok((head, _)) => head,
             // A reused connection the other side closed before answering: retry once on a
             // fresh one, as HTTP clients do for idempotent requests (RFC 9112 §9.3.1).
-            Err(e) if reused && attempt == 0 && (e.is_canceled() || e.is_incomplete_message()) => {
+            Err(client::Error::ClosedEarly) if reused && attempt == 0 => {
                 ctx.stats.borrow_mut().retries += 1;
                 continue;
             }
+            Err(client::Error::Rejected) => return Err(bad.unwrap_or(ErrorKind::Content)),
             Err(_) => return Err(ErrorKind::Io),
         };
-        if resp.status() != http::StatusCode::OK {
+        if head.status != 200 {
             return Err(ErrorKind::Status);
         }
-        let outcome = match resp.headers().get(HeaderName::from_static(ECHO_HEADER)) {
-            None => return Err(ErrorKind::NoStamp),
-            Some(v) if v == nonce => Outcome::Miss,
-            Some(_) => Outcome::Hit,
+        let outcome = if echo.is_empty() {
+            return Err(ErrorKind::NoStamp);
+        } else if echo[..] == request[nonce_value.clone()] {
+            Outcome::Miss
+        } else {
+            Outcome::Hit
         };
-        if let Some(len) = resp.headers().get(header::CONTENT_LENGTH) {
-            if len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) != Some(spec.size) {
-                return Err(ErrorKind::Length);
-            }
-        }
-        let close = resp
-            .headers()
-            .get(header::CONNECTION)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-        let pat = pattern(spec.oid);
-        let mut body = resp.into_body();
-        let mut got = 0u64;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| ErrorKind::Io)?;
-            if let Some(d) = frame.data_ref() {
-                if got + d.len() as u64 > spec.size {
-                    return Err(ErrorKind::Length);
-                }
-                if verify_chunk(&pat, got, d).is_some() {
-                    return Err(ErrorKind::Content);
-                }
-                got += d.len() as u64;
-            }
-        }
-        if got != spec.size {
+        if head.content_length.is_some_and(|len| len != spec.size) || got != spec.size {
             return Err(ErrorKind::Length);
         }
         conn.left = conn.left.saturating_sub(1);
-        if conn.left > 0 && !close {
+        if conn.left > 0 && conn.tx.reusable() {
             let mut idle = robot.idle.borrow_mut();
             // The limit is per robot and server: straight to several servers a robot keeps
             // idle connections to each, as a browser does; through a proxy there is one.
