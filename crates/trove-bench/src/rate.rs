@@ -8,6 +8,12 @@
 //! from the instant it was due (so a stalled server cannot hide its stall: no coordinated
 //! omission). The PolyMix robots (`trove bench run`) are open loop too, but model a
 //! population of objects; this measures one path at a time.
+//!
+//! The generator checks itself as Polygraph does: every request's send lag (from due to
+//! written) is recorded, a request still waiting for a connection `--timeout` after it was due
+//! is never sent, and the report says whether the schedule was kept and, if not, whether the
+//! generator's own core or the target (all connections busy) was the limit, so a generator
+//! that cannot offer the load is never reported as a server that cannot serve it.
 
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
@@ -26,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::client::{self, Conn};
 use crate::histogram::Histogram;
+use crate::selfcheck::{thread_sched_time, Generator};
 
 /// `trove bench rate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,7 +58,9 @@ pub struct RateArgs {
     /// A new connection for every request (`Connection: close`).
     #[arg(long)]
     pub close: bool,
-    /// A request not complete this many seconds after it was due is a timeout.
+    /// A request still unsent (waiting for a free connection) this many seconds after it was
+    /// due is never sent; one sent and not answered this many seconds after it was sent is a
+    /// timeout (the target's: a request the generator sent late is not charged to it).
     #[arg(long, default_value_t = 5.0)]
     pub timeout: f64,
     /// Name in the output line.
@@ -74,7 +83,7 @@ pub struct RateResult {
     pub duration_s: f64,
     /// Requests due during the run.
     pub sent: u64,
-    /// 2xx responses (each within `timeout` of when it was due), and their number over the
+    /// 2xx responses (each within `timeout` of when it was sent), and their number over the
     /// sending time: the rate at which the offered requests were served.
     pub ok: u64,
     pub served_rate: f64,
@@ -83,7 +92,8 @@ pub struct RateResult {
     /// 503 responses (shed), and other non-2xx statuses.
     pub status_503: u64,
     pub status_other: u64,
-    /// Connect failures, connections closed or reset before a whole response, and timeouts.
+    /// Connect failures, connections closed or reset before a whole response, and timeouts
+    /// (no whole response `timeout` after the request was sent).
     pub errors_connect: u64,
     pub errors_closed: u64,
     pub timeouts: u64,
@@ -103,111 +113,6 @@ pub struct RateResult {
     pub ok_from_send_p99_ms: f64,
     /// How the generator kept its schedule; see [`Generator`].
     pub generator: Generator,
-}
-
-/// Whether the generator offered the load it was asked to: Polygraph's late-send check.
-///
-/// A request is due at its instant and is written then if a connection is free and the
-/// generator's loop gets to it. It goes out late when every connection is busy (the target
-/// is slower than offered, or `--connections` is too few: the wait is the target's, and
-/// counts in its response time) or when the generator's own core cannot keep up. A request
-/// still unsent `timeout` after it was due is never sent (it expired in the send queue).
-/// Which of the two it was is told by the generator's thread: busy (running, or runnable
-/// and waiting for its core) for most of the run means the generator was the limit.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Generator {
-    /// Requests written to a connection.
-    pub issued: u64,
-    /// `issued` per second of the run.
-    pub issued_rate: f64,
-    /// Requests written more than `late_ms` after they were due.
-    pub late: u64,
-    /// The threshold, ms.
-    pub late_ms: f64,
-    /// Requests never written: still waiting for a connection `timeout` after they were due.
-    pub expired: u64,
-    /// Delay from due to written, ms.
-    pub send_lag_p50_ms: f64,
-    pub send_lag_p99_ms: f64,
-    pub send_lag_max_ms: f64,
-    /// Fraction of the run the generator's thread was running or waiting for its core
-    /// (`/proc/thread-self/schedstat`); absent where the kernel does not say.
-    pub busy: Option<f64>,
-    /// The schedule was not kept: more than 1% of the due requests late, or any expired.
-    pub fell_behind: bool,
-    /// `none`, `generator` (it fell behind with its core busy: the figures are the
-    /// generator's limit, not the target's), `target` (it fell behind waiting for busy
-    /// connections: the target, or too few `--connections`), or `unknown`.
-    pub limit: String,
-    /// One sentence for people.
-    pub verdict: String,
-}
-
-/// A generator whose thread was busy at least this fraction of the run was the limit.
-const BUSY_LIMIT: f64 = 0.9;
-/// More than this fraction of late sends is falling behind.
-const LATE_FRACTION: f64 = 0.01;
-
-impl Generator {
-    fn judge(&mut self, connections: usize, timeout_s: f64) {
-        let due = self.issued + self.expired;
-        self.fell_behind =
-            self.expired > 0 || (due > 0 && self.late as f64 > LATE_FRACTION * due as f64);
-        let pct = |n: u64| {
-            if due > 0 {
-                100.0 * n as f64 / due as f64
-            } else {
-                0.0
-            }
-        };
-        let busy = self.busy.map_or_else(
-            || "its core use is unknown".to_string(),
-            |b| format!("its thread was busy {:.0}% of the run", b * 100.0),
-        );
-        if !self.fell_behind {
-            self.limit = "none".into();
-            self.verdict = format!(
-                "the generator kept its schedule: {} of {due} requests ({:.2}%) went out more than {} ms late; {busy}",
-                self.late,
-                pct(self.late),
-                self.late_ms
-            );
-            return;
-        }
-        let what = format!(
-            "{} of the {} requests sent ({:.1}%) went out more than {} ms late (send lag p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms) and {} of {due} due ({:.1}%) were never sent (unsent {timeout_s} s after due); it sent {:.0}/s",
-            self.late,
-            self.issued,
-            100.0 * self.late as f64 / self.issued.max(1) as f64,
-            self.late_ms,
-            self.send_lag_p50_ms,
-            self.send_lag_p99_ms,
-            self.send_lag_max_ms,
-            self.expired,
-            pct(self.expired),
-            self.issued_rate,
-        );
-        match self.busy {
-            Some(b) if b >= BUSY_LIMIT => {
-                self.limit = "generator".into();
-                self.verdict = format!(
-                    "GENERATOR FELL BEHIND (its own limit, not the target's): {what}; {busy}. The served rate and response times are the generator's, not the target's: offer less, or add generator cores"
-                );
-            }
-            Some(_) => {
-                self.limit = "target".into();
-                self.verdict = format!(
-                    "requests waited for one of the {connections} connections, all busy with the target: {what}; {busy}, so the generator was not the limit: the target is slower than offered (or raise --connections)"
-                );
-            }
-            None => {
-                self.limit = "unknown".into();
-                self.verdict = format!(
-                    "THE SCHEDULE WAS NOT KEPT: {what}; {busy}, so the generator may be the limit"
-                );
-            }
-        }
-    }
 }
 
 #[derive(Default)]
@@ -422,7 +327,7 @@ impl Engine {
                     t.late += 1;
                 }
             }
-            let deadline = due + self.timeout;
+            let deadline = sent + self.timeout;
             let req = self.request(n, &mut buf);
             let attempt =
                 tokio::time::timeout_at(deadline, exchange(self.target, &mut conn, req, &mut sink))
@@ -517,15 +422,6 @@ async fn exchange(
     Err(Failure::Closed)
 }
 
-/// Time this thread spent running and waiting to run, from the kernel's scheduler statistics.
-fn thread_sched_time() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let mut f = text.split_ascii_whitespace();
-    let run: u64 = f.next()?.parse().ok()?;
-    let wait: u64 = f.next()?.parse().ok()?;
-    Some(Duration::from_nanos(run + wait))
-}
-
 async fn offer(args: &RateArgs) -> RateResult {
     let total = (args.rate * args.duration).round().max(1.0) as u64;
     let host = if args.host.bytes().all(|b| b.is_ascii_graphic()) && !args.host.is_empty() {
@@ -589,7 +485,11 @@ async fn offer(args: &RateArgs) -> RateResult {
         busy,
         ..Generator::default()
     };
-    generator.judge(args.connections, args.timeout);
+    generator.judge(
+        &format!("one of the {} connections", args.connections),
+        "--connections",
+        args.timeout,
+    );
     RateResult {
         label: args.label.clone(),
         offered_rate: args.rate,

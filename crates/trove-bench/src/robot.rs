@@ -96,6 +96,8 @@ pub struct Plan {
     pub events: Option<EventLog>,
     /// Stop issuing requests once this is set (by whoever runs the plan in another thread).
     pub stop: Option<Arc<AtomicBool>>,
+    /// A request written more than this after it was due is late (see `selfcheck`).
+    pub late: Duration,
 }
 
 /// One finished transaction on the wall clock, for tests that relate transactions to outside
@@ -122,6 +124,10 @@ pub struct Outcomes {
     pub elapsed_s: f64,
     /// Body bytes of cachable misses (the fill stream).
     pub fill_bytes: u64,
+    /// The transaction timeout, s.
+    pub timeout_s: f64,
+    /// The late-send threshold, ms.
+    pub late_ms: f64,
 }
 
 struct Shared {
@@ -233,6 +239,8 @@ pub fn run_load(plan: Plan) -> anyhow::Result<Outcomes> {
         stats,
         elapsed_s: wall.elapsed().as_secs_f64(),
         fill_bytes: shared.fill_bytes.load(Relaxed),
+        timeout_s: plan.timeout.as_secs_f64(),
+        late_ms: plan.late.as_secs_f64() * 1000.0,
     })
 }
 
@@ -264,6 +272,7 @@ fn robot_thread(
         .then(|| Zipf::new(w.robots.conn_requests_zipf, 1.0).expect("n >= 1"));
     let local = tokio::task::LocalSet::new();
     let stats = local.block_on(&rt, async move {
+        let meter = crate::selfcheck::BusyMeter::start();
         let ctx = Rc::new(Ctx {
             schedule: Schedule::new(&plan.workload),
             stats: RefCell::new(Stats::new(plan.workload.phases.len())),
@@ -294,6 +303,9 @@ fn robot_thread(
             }
         })
         .await;
+        // Busy over the offering and the drain: a generator that fell behind works through
+        // its backlog while draining; one waiting for a slow target sleeps.
+        ctx.stats.borrow_mut().sends.busy = meter.busy();
         let s = ctx.stats.borrow().clone();
         s
     });
@@ -454,14 +466,21 @@ async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
     let intended = ctx.start + Duration::from_secs_f64(t);
     let (oid, revisit) = ctx.shared.choose(&mut ctx.rng.borrow_mut());
     let spec = ctx.shared.model.spec(oid);
+    let sent = Cell::new(false);
     let result = {
         let r = &ctx.robots[robot];
-        tokio::time::timeout_at(intended + ctx.plan.timeout, exchange(ctx, r, &spec)).await
+        let deadline = intended + ctx.plan.timeout;
+        tokio::time::timeout_at(deadline, exchange(ctx, r, &spec, intended, &sent)).await
     };
     let (outcome, bytes) = match result {
         Ok(Ok(v)) => v,
         Ok(Err(kind)) => (Outcome::Error(kind), 0),
-        Err(_) => (Outcome::Error(ErrorKind::Timeout), 0),
+        Err(_) => {
+            if !sent.get() {
+                ctx.stats.borrow_mut().sends.expired += 1;
+            }
+            (Outcome::Error(ErrorKind::Timeout), 0)
+        }
     };
     let rt_us = intended.elapsed().as_micros() as u64;
     if !matches!(outcome, Outcome::Error(_)) {
@@ -522,6 +541,8 @@ async fn exchange(
     ctx: &Ctx,
     robot: &Robot,
     spec: &ObjectSpec,
+    intended: Instant,
+    sent: &Cell<bool>,
 ) -> Result<(Outcome, u64), ErrorKind> {
     let plan = &ctx.plan;
     let server = (mix64(spec.oid) % plan.origins.len() as u64) as usize;
@@ -564,6 +585,14 @@ async fn exchange(
             Some(c) => (c, true),
             None => (connect(ctx, dest).await?, false),
         };
+        if !sent.replace(true) {
+            let lag = Instant::now().saturating_duration_since(intended);
+            let late = lag > ctx.plan.late;
+            ctx.stats
+                .borrow_mut()
+                .sends
+                .sent(lag.as_micros() as u64, late);
+        }
         let mut got = 0u64;
         let mut bad = None;
         let result = conn

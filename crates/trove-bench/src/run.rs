@@ -70,6 +70,10 @@ pub struct LoadArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// A request written more than this many ms after it was due is late; more than 1% late
+    /// (or any never sent) and the report says the robots fell behind their schedule.
+    #[arg(long, default_value_t = 10.0)]
+    pub late_ms: f64,
 }
 
 /// How robots talk to the proxy.
@@ -260,6 +264,7 @@ pub fn execute(a: &RunArgs, origins: Option<&OriginSet>) -> anyhow::Result<Repor
         progress: !a.load.quiet,
         events: None,
         stop: None,
+        late: std::time::Duration::from_secs_f64(a.load.late_ms.max(0.0) / 1000.0),
     };
     if !a.load.quiet {
         eprintln!(
