@@ -125,6 +125,7 @@ struct Tally {
     send_lag: Histogram,
     issued: u64,
     late: u64,
+    late_free: u64,
     expired: u64,
     status_503: u64,
     status_other: u64,
@@ -290,7 +291,9 @@ impl Engine {
         let mut sink = Vec::new();
         let sleep = tokio::time::sleep_until(self.start);
         tokio::pin!(sleep);
-        // This worker holds the lead on entry to the loop.
+        // This worker holds the lead on entry to the loop. `waited`: it took the lead because
+        // every connection was busy (its next request, if overdue, waited for a connection).
+        let mut waited = false;
         loop {
             if self.finished.get() {
                 break;
@@ -325,6 +328,7 @@ impl Engine {
                 t.send_lag.record(lag.as_micros() as u64);
                 if lag > self.late {
                     t.late += 1;
+                    t.late_free += u64::from(!waited);
                 }
             }
             let deadline = sent + self.timeout;
@@ -367,8 +371,10 @@ impl Engine {
             if self.leader.get() && !self.finished.get() {
                 self.idle.borrow_mut().push(Rc::clone(&me));
                 me.notified().await;
+                waited = false;
             } else {
                 self.leader.set(true);
+                waited = true;
             }
         }
         self.workers.set(self.workers.get() - 1);
@@ -477,6 +483,7 @@ async fn offer(args: &RateArgs) -> RateResult {
         issued: t.issued,
         issued_rate: t.issued as f64 / args.duration,
         late: t.late,
+        late_with_free_connection: t.late_free,
         late_ms: args.late_ms,
         expired: t.expired,
         send_lag_p50_ms: ms(&t.send_lag, 0.5),

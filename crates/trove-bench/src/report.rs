@@ -302,6 +302,7 @@ impl Report {
             issued: g.sent,
             issued_rate: if ran > 0.0 { g.sent as f64 / ran } else { 0.0 },
             late: g.late,
+            late_with_free_connection: g.late_free,
             late_ms: out.late_ms,
             // Timed out before being written, or still queued when the run ended.
             expired: s.total.arrivals.saturating_sub(g.sent).max(g.expired),

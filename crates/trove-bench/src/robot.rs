@@ -176,7 +176,8 @@ struct Robot {
     /// The proxy this robot talks to (`None` straight to the servers).
     proxy: Option<SocketAddr>,
     idle: RefCell<Vec<Conn>>,
-    queue: RefCell<VecDeque<(f64, usize)>>,
+    /// Arrivals: intended time, phase, and whether it found every worker busy.
+    queue: RefCell<VecDeque<(f64, usize, bool)>>,
     workers: Cell<u32>,
     idle_workers: Cell<u32>,
     wake: tokio::sync::Notify,
@@ -377,7 +378,10 @@ async fn generate(ctx: Rc<Ctx>, threads: usize) {
 /// Queues an arrival for robot `robot`, waking or starting a worker for it if one is free.
 fn dispatch(ctx: &Rc<Ctx>, robot: usize, t: f64, phase: usize) {
     let r = &ctx.robots[robot];
-    r.queue.borrow_mut().push_back((t, phase));
+    // A worker is free for it if fewer arrivals wait than workers idle or yet to start.
+    let free = r.idle_workers.get() + ctx.conn_limit.saturating_sub(r.workers.get());
+    let waits = r.queue.borrow().len() >= free as usize;
+    r.queue.borrow_mut().push_back((t, phase, waits));
     ctx.in_flight.set(ctx.in_flight.get() + 1);
     if r.idle_workers.get() > 0 {
         r.wake.notify_one();
@@ -395,7 +399,7 @@ async fn worker(ctx: Rc<Ctx>, robot: usize) {
     loop {
         let next = r.queue.borrow_mut().pop_front();
         match next {
-            Some((t, phase)) => transaction(&ctx, robot, t, phase).await,
+            Some((t, phase, waited)) => transaction(&ctx, robot, t, phase, waited).await,
             None if ctx.closing.get() => break,
             None => {
                 r.idle_workers.set(r.idle_workers.get() + 1);
@@ -428,7 +432,7 @@ async fn best_effort(ctx: &Rc<Ctx>, phase: usize, phase_end: f64) {
                     ctx.shared.issued.fetch_add(1, Relaxed);
                     ctx.stats.borrow_mut().arrival(phase, t);
                     ctx.in_flight.set(ctx.in_flight.get() + 1);
-                    transaction(&ctx, robot, t, phase).await;
+                    transaction(&ctx, robot, t, phase, false).await;
                 }
             })
         })
@@ -462,7 +466,8 @@ fn progress(ctx: &Ctx, t: f64, threads: usize) {
 
 /// One request, from choosing the object to recording the outcome.
 /// The caller counted it in `in_flight`; it is uncounted when recorded.
-async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
+/// `waited`: it found every worker of its robot busy when it arrived.
+async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize, waited: bool) {
     let intended = ctx.start + Duration::from_secs_f64(t);
     let (oid, revisit) = ctx.shared.choose(&mut ctx.rng.borrow_mut());
     let spec = ctx.shared.model.spec(oid);
@@ -470,7 +475,7 @@ async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
     let result = {
         let r = &ctx.robots[robot];
         let deadline = intended + ctx.plan.timeout;
-        tokio::time::timeout_at(deadline, exchange(ctx, r, &spec, intended, &sent)).await
+        tokio::time::timeout_at(deadline, exchange(ctx, r, &spec, intended, &sent, waited)).await
     };
     let (outcome, bytes) = match result {
         Ok(Ok(v)) => v,
@@ -543,6 +548,7 @@ async fn exchange(
     spec: &ObjectSpec,
     intended: Instant,
     sent: &Cell<bool>,
+    waited: bool,
 ) -> Result<(Outcome, u64), ErrorKind> {
     let plan = &ctx.plan;
     let server = (mix64(spec.oid) % plan.origins.len() as u64) as usize;
@@ -591,7 +597,7 @@ async fn exchange(
             ctx.stats
                 .borrow_mut()
                 .sends
-                .sent(lag.as_micros() as u64, late);
+                .sent(lag.as_micros() as u64, late, waited);
         }
         let mut got = 0u64;
         let mut bad = None;

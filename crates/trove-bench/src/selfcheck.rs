@@ -31,6 +31,9 @@ pub struct Generator {
     pub issued_rate: f64,
     /// Requests written more than `late_ms` after they were due.
     pub late: u64,
+    /// Of those, the ones that had a free connection when they were due: late because the
+    /// generator's own loop was (its core busy, or taken by other processes), not the target.
+    pub late_with_free_connection: u64,
     /// The threshold, ms.
     pub late_ms: f64,
     /// Requests never written: still waiting for a connection `timeout` after they were due.
@@ -98,11 +101,19 @@ impl Generator {
             pct(self.expired),
             self.issued_rate,
         );
+        let own_lateness = 2 * self.late_with_free_connection > self.late;
         match self.busy {
             Some(b) if b >= BUSY_LIMIT => {
                 self.limit = "generator".into();
                 self.verdict = format!(
                     "GENERATOR FELL BEHIND (its own limit, not the target's): {what}; {busy}. The served rate and response times are the generator's, not the target's: offer less, or add generator cores"
+                );
+            }
+            _ if own_lateness => {
+                self.limit = "generator".into();
+                self.verdict = format!(
+                    "GENERATOR FELL BEHIND (its own lateness, not the target's): {what}; {} of the {} late requests had a free connection when due, so the generator's loop was late, not the target ({busy}, counting time spent waiting for its core: other processes on the generator's core delay it). Response times include that delay",
+                    self.late_with_free_connection, self.late
                 );
             }
             Some(_) => {

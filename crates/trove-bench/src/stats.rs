@@ -219,6 +219,8 @@ pub struct Sends {
     pub sent: u64,
     /// Of those, written late (more than the run's threshold after they were due).
     pub late: u64,
+    /// Of the late ones, those that had a free robot worker (connection) when they were due.
+    pub late_free: u64,
     /// Transactions that timed out before their request was written.
     pub expired: u64,
     /// Delay from due to written, µs.
@@ -228,16 +230,19 @@ pub struct Sends {
 }
 
 impl Sends {
-    /// Counts a request written `lag_us` after it was due (`late`: past the threshold).
-    pub fn sent(&mut self, lag_us: u64, late: bool) {
+    /// Counts a request written `lag_us` after it was due (`late`: past the threshold;
+    /// `waited`: it had to wait for a busy robot worker).
+    pub fn sent(&mut self, lag_us: u64, late: bool, waited: bool) {
         self.sent += 1;
         self.lag.record(lag_us);
         self.late += u64::from(late);
+        self.late_free += u64::from(late && !waited);
     }
 
     fn merge(&mut self, o: &Sends) {
         self.sent += o.sent;
         self.late += o.late;
+        self.late_free += o.late_free;
         self.expired += o.expired;
         self.lag.merge(&o.lag);
         self.busy = match (self.busy, o.busy) {

@@ -112,5 +112,6 @@ fn a_slow_target_is_not_reported_as_the_generator_falling_behind() {
     let g = &r.generator;
     assert!(g.fell_behind, "{g:?}");
     assert_eq!(g.limit, "target", "{g:?}");
+    assert!(g.late_with_free_connection * 2 <= g.late, "{g:?}");
     assert!(!g.verdict.contains("GENERATOR"), "{}", g.verdict);
 }
