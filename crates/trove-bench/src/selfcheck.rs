@@ -47,9 +47,11 @@ pub struct Generator {
     pub busy: Option<f64>,
     /// The schedule was not kept: more than 1% of the due requests late, or any expired.
     pub fell_behind: bool,
-    /// `none`, `generator` (it fell behind with its core busy: the figures are the
-    /// generator's limit, not the target's), `target` (it fell behind waiting for busy
-    /// connections: the target, or too few `--connections`), or `unknown`.
+    /// `none`; `generator` (it fell behind with its core busy, or late with connections free:
+    /// the figures are the generator's limit, not the target's); `both` (it fell behind with
+    /// its core busy 70–90% of the run: it may have been the limit as much as the target);
+    /// `target` (it fell behind waiting for busy connections while mostly asleep: the target,
+    /// or too few connections); or `unknown` (no scheduler statistics).
     pub limit: String,
     /// One sentence for people.
     pub verdict: String,
@@ -57,6 +59,8 @@ pub struct Generator {
 
 /// A generator whose thread was busy at least this fraction of the run was the limit.
 const BUSY_LIMIT: f64 = 0.9;
+/// Busy at least this much, it was near its limit: the target's figures are not clean.
+const BUSY_NEAR: f64 = 0.7;
 /// More than this fraction of late sends is falling behind.
 const LATE_FRACTION: f64 = 0.01;
 
@@ -114,6 +118,12 @@ impl Generator {
                 self.verdict = format!(
                     "GENERATOR FELL BEHIND (its own lateness, not the target's): {what}; {} of the {} late requests had a free connection when due, so the generator's loop was late, not the target ({busy}, counting time spent waiting for its core: other processes on the generator's core delay it). Response times include that delay",
                     self.late_with_free_connection, self.late
+                );
+            }
+            Some(b) if b >= BUSY_NEAR => {
+                self.limit = "both".into();
+                self.verdict = format!(
+                    "FELL BEHIND, WITH THE GENERATOR NEAR ITS OWN LIMIT: {what}; {busy}, so the generator may have been the limit as much as the target: offer less, or add generator cores, before reading these figures as the target's"
                 );
             }
             Some(_) => {
