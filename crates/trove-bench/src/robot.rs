@@ -84,7 +84,8 @@ pub struct Plan {
     pub threads: usize,
     /// World id: a per-run URL prefix, so one run's objects are never hits in another.
     pub world: u64,
-    /// A transaction not complete this long after its intended start is a timeout error.
+    /// A transaction unsent this long after its intended start, or unanswered this long after
+    /// its send, is a timeout error.
     pub timeout: Duration,
     /// Stop once cachable misses have brought this many body bytes (the fill run).
     pub fill_bytes: Option<u64>,
@@ -471,20 +472,25 @@ async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize, waited: bool
     let intended = ctx.start + Duration::from_secs_f64(t);
     let (oid, revisit) = ctx.shared.choose(&mut ctx.rng.borrow_mut());
     let spec = ctx.shared.model.spec(oid);
+    // The timeout: a request still waiting (for a worker, or its connection) `timeout` after
+    // it was due is never sent; one sent has `timeout` from its send to be answered. So a
+    // robot that fell behind neither sends requests that are already out of time nor charges
+    // the proxy for them, and abandons no connection for them (which would have it spend its
+    // core on handshakes: the collapse of the old generator). Both count as timeouts.
     let sent = Cell::new(false);
-    let result = {
+    let result = if Instant::now() >= intended + ctx.plan.timeout {
+        Err(ErrorKind::Timeout)
+    } else {
         let r = &ctx.robots[robot];
-        let deadline = intended + ctx.plan.timeout;
-        tokio::time::timeout_at(deadline, exchange(ctx, r, &spec, intended, &sent, waited)).await
+        exchange(ctx, r, &spec, intended, &sent, waited).await
     };
     let (outcome, bytes) = match result {
-        Ok(Ok(v)) => v,
-        Ok(Err(kind)) => (Outcome::Error(kind), 0),
-        Err(_) => {
-            if !sent.get() {
+        Ok(v) => v,
+        Err(kind) => {
+            if kind == ErrorKind::Timeout && !sent.get() {
                 ctx.stats.borrow_mut().sends.expired += 1;
             }
-            (Outcome::Error(ErrorKind::Timeout), 0)
+            (Outcome::Error(kind), 0)
         }
     };
     let rt_us = intended.elapsed().as_micros() as u64;
@@ -589,7 +595,11 @@ async fn exchange(
     for attempt in 0..2 {
         let (mut conn, reused) = match take_idle(robot, dest) {
             Some(c) => (c, true),
-            None => (connect(ctx, dest).await?, false),
+            None => {
+                let opened =
+                    tokio::time::timeout_at(intended + ctx.plan.timeout, connect(ctx, dest)).await;
+                (opened.map_err(|_| ErrorKind::Timeout)??, false)
+            }
         };
         if !sent.replace(true) {
             let lag = Instant::now().saturating_duration_since(intended);
@@ -601,7 +611,8 @@ async fn exchange(
         }
         let mut got = 0u64;
         let mut bad = None;
-        let result = conn
+        let answer_by = Instant::now() + ctx.plan.timeout;
+        let exchanged = conn
             .tx
             .exchange(&request, Some(ECHO_HEADER), &mut echo, |d| {
                 if got + d.len() as u64 > spec.size {
@@ -614,8 +625,10 @@ async fn exchange(
                 }
                 got += d.len() as u64;
                 Ok(())
-            })
-            .await;
+            });
+        let Ok(result) = tokio::time::timeout_at(answer_by, exchanged).await else {
+            return Err(ErrorKind::Timeout);
+        };
         let head = match result {
             Ok((head, _)) => head,
             // A reused connection the other side closed before answering: retry once on a

@@ -51,7 +51,8 @@ pub struct LoadArgs {
     /// Address the origin servers bind (any 127.0.0.0/8 address).
     #[arg(long, default_value = "127.0.0.1")]
     pub origin_host: String,
-    /// A transaction not complete this many seconds after its intended start is an error.
+    /// Timeout, s: a transaction still unsent this long after its intended start is never sent,
+    /// one sent and not answered this long after its send fails (both count as timeouts).
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
     /// Stop after this many requests (a safety bound for quick tries).
