@@ -171,6 +171,7 @@ fn fill(f: FillArgs) -> anyhow::Result<()> {
         progress: !run.load.quiet,
         events: None,
         stop: None,
+        late: Duration::from_secs_f64(run.load.late_ms.max(0.0) / 1000.0),
     };
     let out = run_load(plan);
     let _ = std::fs::remove_file(&path);
@@ -209,6 +210,7 @@ fn origin(o: OriginArgs) -> anyhow::Result<()> {
         json: None,
         html: None,
         quiet: true,
+        late_ms: 10.0,
     };
     let w = effective_workload(&load)?;
     let set = OriginSet::start(&w, &o.host, o.threads)?;

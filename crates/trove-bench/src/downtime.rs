@@ -344,6 +344,7 @@ pub fn execute(a: &DowntimeArgs) -> anyhow::Result<DowntimeReport> {
         json: None,
         html: None,
         quiet: a.quiet,
+        late_ms: 10.0,
     };
     let mut w = effective_workload(&load)?;
     // One constant level: `before` until the kill, `after` from then on (the run stops early,
@@ -445,6 +446,7 @@ pub fn execute(a: &DowntimeArgs) -> anyhow::Result<DowntimeReport> {
         progress: false,
         events: Some(events.clone()),
         stop: Some(stop.clone()),
+        late: Duration::from_millis(10),
     };
     let load_start = Instant::now();
     let runner = std::thread::Builder::new()

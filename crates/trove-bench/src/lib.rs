@@ -10,7 +10,9 @@
 //! - `model`: object ids to object specs and body bytes (pure).
 //! - `workload`: workload files, the built-in PolyMix-2 and DataComm-1, phases (pure).
 //! - `origin`: the origin servers.
+//! - `client`: the HTTP/1.1 client side of every exchange (parsing with `httparse`).
 //! - `robot`: the robots, their connections, the arrival process, response checking.
+//! - `selfcheck`: whether the generator kept its schedule, and whose limit it was if not.
 //! - `stats`, `histogram`: what robots record. `report`, `html`: what users read.
 //! - `proc`, `peers`, `compare`, `downtime`: running proxies as child processes.
 //! - `rate`: one path at a constant rate (overload curves), and a fixed-delay origin.
@@ -23,6 +25,7 @@
 //! dependency-free) for Last-Modified and Expires.
 
 mod cli;
+pub mod client;
 pub mod compare;
 pub mod downtime;
 pub mod histogram;
@@ -35,6 +38,7 @@ pub mod rate;
 pub mod report;
 pub mod robot;
 pub mod run;
+pub mod selfcheck;
 pub mod stats;
 pub mod workload;
 

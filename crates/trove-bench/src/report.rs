@@ -208,6 +208,9 @@ pub struct Report {
     pub server: Option<ServerSide>,
     /// Body bytes of cachable misses (the fill stream).
     pub fill_bytes: u64,
+    /// Whether the robots kept their schedule, and whose limit it was if not.
+    #[serde(default)]
+    pub generator: crate::selfcheck::Generator,
     /// Whether the run failed the cache-off rules, and why.
     pub failed: bool,
     /// Reasons for failure or warnings.
@@ -292,6 +295,34 @@ impl Report {
         {
             notes.push("the proxy delivered wrong bodies (see content/length errors)".into());
         }
+        let g = &s.sends;
+        let ms = |q: f64| g.lag.quantile(q).unwrap_or(0.0) / 1000.0;
+        let ran = out.elapsed_s.min(w.duration_s());
+        let mut generator = crate::selfcheck::Generator {
+            issued: g.sent,
+            issued_rate: if ran > 0.0 { g.sent as f64 / ran } else { 0.0 },
+            late: g.late,
+            late_with_free_connection: g.late_free,
+            late_ms: out.late_ms,
+            // Timed out before being written, or still queued when the run ended.
+            expired: s.total.arrivals.saturating_sub(g.sent).max(g.expired),
+            send_lag_p50_ms: ms(0.5),
+            send_lag_p99_ms: ms(0.99),
+            send_lag_max_ms: g.lag.max() as f64 / 1000.0,
+            busy: g.busy,
+            ..Default::default()
+        };
+        generator.judge(
+            &format!(
+                "a connection of their robot (at most {} each)",
+                w.robots.conn_limit
+            ),
+            "the robots or their conn_limit",
+            out.timeout_s,
+        );
+        if generator.fell_behind {
+            notes.push(generator.verdict.clone());
+        }
         if total.uncachable_hits > 0 {
             notes.push(format!(
                 "{} hits on responses marked private, no-cache: the proxy cached what it must not",
@@ -322,6 +353,7 @@ impl Report {
             total,
             series,
             phase_starts: starts,
+            generator,
             failed,
             notes,
         }
@@ -402,6 +434,9 @@ impl Report {
             "offered hit ratio from the workload's parameters: {:.2}%",
             self.configured_offered_dhr * 100.0
         );
+        if !self.generator.fell_behind && !self.generator.verdict.is_empty() {
+            let _ = writeln!(o, "generator: {}", self.generator.verdict);
+        }
         for n in &self.notes {
             let _ = writeln!(o, "note: {n}");
         }
@@ -494,6 +529,8 @@ mod tests {
                 stats,
                 elapsed_s,
                 fill_bytes: 0,
+                timeout_s: 30.0,
+                late_ms: 10.0,
             };
             let info = RunInfo {
                 label: "x".into(),

@@ -15,15 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Request, Uri};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use rand::Rng;
 use rand_distr::{Distribution, Exp, Zipf};
 use tokio::time::Instant;
 
+use crate::client;
 use crate::model::{mix64, pattern, verify_chunk, Model, ObjectSpec, SplitMix64};
 use crate::origin::{object_path, ECHO_HEADER, REQ_HEADER};
 use crate::stats::{ErrorKind, Outcome, Stats, Tx};
@@ -88,7 +84,8 @@ pub struct Plan {
     pub threads: usize,
     /// World id: a per-run URL prefix, so one run's objects are never hits in another.
     pub world: u64,
-    /// A transaction not complete this long after its intended start is a timeout error.
+    /// A transaction unsent this long after its intended start, or unanswered this long after
+    /// its send, is a timeout error.
     pub timeout: Duration,
     /// Stop once cachable misses have brought this many body bytes (the fill run).
     pub fill_bytes: Option<u64>,
@@ -100,6 +97,8 @@ pub struct Plan {
     pub events: Option<EventLog>,
     /// Stop issuing requests once this is set (by whoever runs the plan in another thread).
     pub stop: Option<Arc<AtomicBool>>,
+    /// A request written more than this after it was due is late (see `selfcheck`).
+    pub late: Duration,
 }
 
 /// One finished transaction on the wall clock, for tests that relate transactions to outside
@@ -126,6 +125,10 @@ pub struct Outcomes {
     pub elapsed_s: f64,
     /// Body bytes of cachable misses (the fill stream).
     pub fill_bytes: u64,
+    /// The transaction timeout, s.
+    pub timeout_s: f64,
+    /// The late-send threshold, ms.
+    pub late_ms: f64,
 }
 
 struct Shared {
@@ -161,7 +164,7 @@ impl Shared {
 
 struct Conn {
     dest: SocketAddr,
-    tx: SendRequest<Empty<Bytes>>,
+    tx: client::Conn,
     left: u32,
 }
 
@@ -174,7 +177,8 @@ struct Robot {
     /// The proxy this robot talks to (`None` straight to the servers).
     proxy: Option<SocketAddr>,
     idle: RefCell<Vec<Conn>>,
-    queue: RefCell<VecDeque<(f64, usize)>>,
+    /// Arrivals: intended time, phase, and whether it found every worker busy.
+    queue: RefCell<VecDeque<(f64, usize, bool)>>,
     workers: Cell<u32>,
     idle_workers: Cell<u32>,
     wake: tokio::sync::Notify,
@@ -198,7 +202,7 @@ struct Ctx {
     conn_limit: u32,
     conn_zipf: Option<Zipf<f64>>,
     /// Host header value of each origin server.
-    hosts: Vec<HeaderValue>,
+    hosts: Vec<String>,
 }
 
 /// Runs the plan to completion and returns what was measured.
@@ -237,6 +241,8 @@ pub fn run_load(plan: Plan) -> anyhow::Result<Outcomes> {
         stats,
         elapsed_s: wall.elapsed().as_secs_f64(),
         fill_bytes: shared.fill_bytes.load(Relaxed),
+        timeout_s: plan.timeout.as_secs_f64(),
+        late_ms: plan.late.as_secs_f64() * 1000.0,
     })
 }
 
@@ -268,6 +274,7 @@ fn robot_thread(
         .then(|| Zipf::new(w.robots.conn_requests_zipf, 1.0).expect("n >= 1"));
     let local = tokio::task::LocalSet::new();
     let stats = local.block_on(&rt, async move {
+        let meter = crate::selfcheck::BusyMeter::start();
         let ctx = Rc::new(Ctx {
             schedule: Schedule::new(&plan.workload),
             stats: RefCell::new(Stats::new(plan.workload.phases.len())),
@@ -278,11 +285,7 @@ fn robot_thread(
             idle_wake: tokio::sync::Notify::new(),
             closing: Cell::new(false),
             conn_limit: plan.workload.robots.conn_limit.max(1),
-            hosts: plan
-                .origins
-                .iter()
-                .map(|o| HeaderValue::from_str(&o.to_string()).expect("ascii"))
-                .collect(),
+            hosts: plan.origins.iter().map(ToString::to_string).collect(),
             start: Instant::now(),
             robots,
             conn_zipf,
@@ -302,6 +305,9 @@ fn robot_thread(
             }
         })
         .await;
+        // Busy over the offering and the drain: a generator that fell behind works through
+        // its backlog while draining; one waiting for a slow target sleeps.
+        ctx.stats.borrow_mut().sends.busy = meter.busy();
         let s = ctx.stats.borrow().clone();
         s
     });
@@ -373,7 +379,10 @@ async fn generate(ctx: Rc<Ctx>, threads: usize) {
 /// Queues an arrival for robot `robot`, waking or starting a worker for it if one is free.
 fn dispatch(ctx: &Rc<Ctx>, robot: usize, t: f64, phase: usize) {
     let r = &ctx.robots[robot];
-    r.queue.borrow_mut().push_back((t, phase));
+    // A worker is free for it if fewer arrivals wait than workers idle or yet to start.
+    let free = r.idle_workers.get() + ctx.conn_limit.saturating_sub(r.workers.get());
+    let waits = r.queue.borrow().len() >= free as usize;
+    r.queue.borrow_mut().push_back((t, phase, waits));
     ctx.in_flight.set(ctx.in_flight.get() + 1);
     if r.idle_workers.get() > 0 {
         r.wake.notify_one();
@@ -391,7 +400,7 @@ async fn worker(ctx: Rc<Ctx>, robot: usize) {
     loop {
         let next = r.queue.borrow_mut().pop_front();
         match next {
-            Some((t, phase)) => transaction(&ctx, robot, t, phase).await,
+            Some((t, phase, waited)) => transaction(&ctx, robot, t, phase, waited).await,
             None if ctx.closing.get() => break,
             None => {
                 r.idle_workers.set(r.idle_workers.get() + 1);
@@ -424,7 +433,7 @@ async fn best_effort(ctx: &Rc<Ctx>, phase: usize, phase_end: f64) {
                     ctx.shared.issued.fetch_add(1, Relaxed);
                     ctx.stats.borrow_mut().arrival(phase, t);
                     ctx.in_flight.set(ctx.in_flight.get() + 1);
-                    transaction(&ctx, robot, t, phase).await;
+                    transaction(&ctx, robot, t, phase, false).await;
                 }
             })
         })
@@ -458,18 +467,31 @@ fn progress(ctx: &Ctx, t: f64, threads: usize) {
 
 /// One request, from choosing the object to recording the outcome.
 /// The caller counted it in `in_flight`; it is uncounted when recorded.
-async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
+/// `waited`: it found every worker of its robot busy when it arrived.
+async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize, waited: bool) {
     let intended = ctx.start + Duration::from_secs_f64(t);
     let (oid, revisit) = ctx.shared.choose(&mut ctx.rng.borrow_mut());
     let spec = ctx.shared.model.spec(oid);
-    let result = {
+    // The timeout: a request still waiting (for a worker, or its connection) `timeout` after
+    // it was due is never sent; one sent has `timeout` from its send to be answered. So a
+    // robot that fell behind neither sends requests that are already out of time nor charges
+    // the proxy for them, and abandons no connection for them (which would have it spend its
+    // core on handshakes: the collapse of the old generator). Both count as timeouts.
+    let sent = Cell::new(false);
+    let result = if Instant::now() >= intended + ctx.plan.timeout {
+        Err(ErrorKind::Timeout)
+    } else {
         let r = &ctx.robots[robot];
-        tokio::time::timeout_at(intended + ctx.plan.timeout, exchange(ctx, r, &spec)).await
+        exchange(ctx, r, &spec, intended, &sent, waited).await
     };
     let (outcome, bytes) = match result {
-        Ok(Ok(v)) => v,
-        Ok(Err(kind)) => (Outcome::Error(kind), 0),
-        Err(_) => (Outcome::Error(ErrorKind::Timeout), 0),
+        Ok(v) => v,
+        Err(kind) => {
+            if kind == ErrorKind::Timeout && !sent.get() {
+                ctx.stats.borrow_mut().sends.expired += 1;
+            }
+            (Outcome::Error(kind), 0)
+        }
     };
     let rt_us = intended.elapsed().as_micros() as u64;
     if !matches!(outcome, Outcome::Error(_)) {
@@ -504,16 +526,9 @@ async fn transaction(ctx: &Ctx, robot: usize, t: f64, phase: usize) {
 }
 
 async fn connect(ctx: &Ctx, dest: SocketAddr) -> Result<Conn, ErrorKind> {
-    let stream = tokio::net::TcpStream::connect(dest)
+    let tx = client::Conn::connect(dest)
         .await
         .map_err(|_| ErrorKind::Connect)?;
-    let _ = stream.set_nodelay(true);
-    let (tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|_| ErrorKind::Connect)?;
-    tokio::task::spawn_local(async move {
-        let _ = conn.await;
-    });
     ctx.stats.borrow_mut().conns_opened += 1;
     let left = ctx
         .conn_zipf
@@ -525,7 +540,7 @@ fn take_idle(robot: &Robot, dest: SocketAddr) -> Option<Conn> {
     let mut idle = robot.idle.borrow_mut();
     while let Some(i) = idle.iter().rposition(|c| c.dest == dest) {
         let c = idle.swap_remove(i);
-        if !c.tx.is_closed() {
+        if c.tx.reusable() {
             return Some(c);
         }
     }
@@ -537,96 +552,109 @@ async fn exchange(
     ctx: &Ctx,
     robot: &Robot,
     spec: &ObjectSpec,
+    intended: Instant,
+    sent: &Cell<bool>,
+    waited: bool,
 ) -> Result<(Outcome, u64), ErrorKind> {
     let plan = &ctx.plan;
     let server = (mix64(spec.oid) % plan.origins.len() as u64) as usize;
     let origin = plan.origins[server];
     let ext = &ctx.shared.model.kinds()[spec.kind].ext;
     let path = object_path(plan.world, spec.oid, ext);
-    let (dest, uri) = match (&plan.mode, robot.proxy) {
-        (Mode::Reverse(_), Some(p)) => (p, path),
-        (Mode::Forward(_), Some(p)) => (p, format!("http://{origin}{path}")),
-        _ => (origin, path),
+    let dest = match (&plan.mode, robot.proxy) {
+        (Mode::Reverse(_) | Mode::Forward(_), Some(p)) => p,
+        _ => origin,
     };
-    // From the String itself: no copy, one parse.
-    let uri = Uri::try_from(uri).map_err(|_| ErrorKind::Io)?;
     let nonce = ctx.nonce.get() + 1;
     ctx.nonce.set(nonce);
-    let nonce = HeaderValue::from_maybe_shared(Bytes::from(format!(
-        "{:x}-{nonce:x}-{:x}",
-        plan.world, ctx.thread
-    )))
-    .expect("hex and dashes");
-    let host = &ctx.hosts[server];
+    // The request head, written once: GET, the URI (absolute to a forward proxy), the Host,
+    // and the nonce the server echoes to tell a miss from a hit.
+    let mut request = Vec::with_capacity(160 + path.len());
+    {
+        use std::io::Write as _;
+        let host = &ctx.hosts[server];
+        let absolute = matches!((&plan.mode, robot.proxy), (Mode::Forward(_), Some(_)));
+        let _ = write!(request, "GET ");
+        if absolute {
+            let _ = write!(request, "http://{origin}");
+        }
+        let _ = write!(
+            request,
+            "{path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: trove-bench/0.1\r\nAccept: */*\r\n{REQ_HEADER}: {:x}-{nonce:x}-{:x}\r\n\r\n",
+            plan.world, ctx.thread
+        );
+    }
+    let nonce_at = request.len() - 4;
+    let nonce_value = {
+        let line = &request[..nonce_at];
+        let from = line.iter().rposition(|&b| b == b' ').map_or(0, |i| i + 1);
+        from..nonce_at
+    };
+    let mut echo = Vec::new();
+    let pat = pattern(spec.oid);
     for attempt in 0..2 {
         let (mut conn, reused) = match take_idle(robot, dest) {
             Some(c) => (c, true),
-            None => (connect(ctx, dest).await?, false),
-        };
-        if conn.tx.ready().await.is_err() {
-            if reused {
-                continue;
+            None => {
+                let opened =
+                    tokio::time::timeout_at(intended + ctx.plan.timeout, connect(ctx, dest)).await;
+                (opened.map_err(|_| ErrorKind::Timeout)??, false)
             }
-            return Err(ErrorKind::Io);
+        };
+        if !sent.replace(true) {
+            let lag = Instant::now().saturating_duration_since(intended);
+            let late = lag > ctx.plan.late;
+            ctx.stats
+                .borrow_mut()
+                .sends
+                .sent(lag.as_micros() as u64, late, waited);
         }
-        let mut req = Request::new(Empty::new());
-        *req.uri_mut() = uri.clone();
-        let h = req.headers_mut();
-        h.reserve(4);
-        h.insert(header::HOST, host.clone());
-        h.insert(
-            header::USER_AGENT,
-            HeaderValue::from_static("trove-bench/0.1"),
-        );
-        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        h.insert(HeaderName::from_static(REQ_HEADER), nonce.clone());
-        let resp = match conn.tx.send_request(req).await {
-            Ok(r) => r,
+        let mut got = 0u64;
+        let mut bad = None;
+        let answer_by = Instant::now() + ctx.plan.timeout;
+        let exchanged = conn
+            .tx
+            .exchange(&request, Some(ECHO_HEADER), &mut echo, |d| {
+                if got + d.len() as u64 > spec.size {
+                    bad = Some(ErrorKind::Length);
+                    return Err(());
+                }
+                if verify_chunk(&pat, got, d).is_some() {
+                    bad = Some(ErrorKind::Content);
+                    return Err(());
+                }
+                got += d.len() as u64;
+                Ok(())
+            });
+        let Ok(result) = tokio::time::timeout_at(answer_by, exchanged).await else {
+            return Err(ErrorKind::Timeout);
+        };
+        let head = match result {
+            Ok((head, _)) => head,
             // A reused connection the other side closed before answering: retry once on a
             // fresh one, as HTTP clients do for idempotent requests (RFC 9112 §9.3.1).
-            Err(e) if reused && attempt == 0 && (e.is_canceled() || e.is_incomplete_message()) => {
+            Err(client::Error::ClosedEarly) if reused && attempt == 0 => {
                 ctx.stats.borrow_mut().retries += 1;
                 continue;
             }
+            Err(client::Error::Rejected) => return Err(bad.unwrap_or(ErrorKind::Content)),
             Err(_) => return Err(ErrorKind::Io),
         };
-        if resp.status() != http::StatusCode::OK {
+        if head.status != 200 {
             return Err(ErrorKind::Status);
         }
-        let outcome = match resp.headers().get(HeaderName::from_static(ECHO_HEADER)) {
-            None => return Err(ErrorKind::NoStamp),
-            Some(v) if v == nonce => Outcome::Miss,
-            Some(_) => Outcome::Hit,
+        let outcome = if echo.is_empty() {
+            return Err(ErrorKind::NoStamp);
+        } else if echo[..] == request[nonce_value.clone()] {
+            Outcome::Miss
+        } else {
+            Outcome::Hit
         };
-        if let Some(len) = resp.headers().get(header::CONTENT_LENGTH) {
-            if len.to_str().ok().and_then(|s| s.parse::<u64>().ok()) != Some(spec.size) {
-                return Err(ErrorKind::Length);
-            }
-        }
-        let close = resp
-            .headers()
-            .get(header::CONNECTION)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-        let pat = pattern(spec.oid);
-        let mut body = resp.into_body();
-        let mut got = 0u64;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|_| ErrorKind::Io)?;
-            if let Some(d) = frame.data_ref() {
-                if got + d.len() as u64 > spec.size {
-                    return Err(ErrorKind::Length);
-                }
-                if verify_chunk(&pat, got, d).is_some() {
-                    return Err(ErrorKind::Content);
-                }
-                got += d.len() as u64;
-            }
-        }
-        if got != spec.size {
+        if head.content_length.is_some_and(|len| len != spec.size) || got != spec.size {
             return Err(ErrorKind::Length);
         }
         conn.left = conn.left.saturating_sub(1);
-        if conn.left > 0 && !close {
+        if conn.left > 0 && conn.tx.reusable() {
             let mut idle = robot.idle.borrow_mut();
             // The limit is per robot and server: straight to several servers a robot keeps
             // idle connections to each, as a browser does; through a proxy there is one.

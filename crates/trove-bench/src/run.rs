@@ -51,7 +51,8 @@ pub struct LoadArgs {
     /// Address the origin servers bind (any 127.0.0.0/8 address).
     #[arg(long, default_value = "127.0.0.1")]
     pub origin_host: String,
-    /// A transaction not complete this many seconds after its intended start is an error.
+    /// Timeout, s: a transaction still unsent this long after its intended start is never sent,
+    /// one sent and not answered this long after its send fails (both count as timeouts).
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
     /// Stop after this many requests (a safety bound for quick tries).
@@ -70,6 +71,10 @@ pub struct LoadArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// A request written more than this many ms after it was due is late; more than 1% late
+    /// (or any never sent) and the report says the robots fell behind their schedule.
+    #[arg(long, default_value_t = 10.0)]
+    pub late_ms: f64,
 }
 
 /// How robots talk to the proxy.
@@ -260,6 +265,7 @@ pub fn execute(a: &RunArgs, origins: Option<&OriginSet>) -> anyhow::Result<Repor
         progress: !a.load.quiet,
         events: None,
         stop: None,
+        late: std::time::Duration::from_secs_f64(a.load.late_ms.max(0.0) / 1000.0),
     };
     if !a.load.quiet {
         eprintln!(

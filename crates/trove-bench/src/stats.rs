@@ -208,6 +208,48 @@ pub struct Stats {
     pub conns_opened: u64,
     /// Requests retried once on a fresh connection after a reused one turned out closed.
     pub retries: u64,
+    /// How the robots kept their schedule.
+    pub sends: Sends,
+}
+
+/// When requests went out against when they were due (the generator's check on itself).
+#[derive(Debug, Clone, Default)]
+pub struct Sends {
+    /// Requests written to a connection.
+    pub sent: u64,
+    /// Of those, written late (more than the run's threshold after they were due).
+    pub late: u64,
+    /// Of the late ones, those that had a free robot worker (connection) when they were due.
+    pub late_free: u64,
+    /// Transactions that timed out before their request was written.
+    pub expired: u64,
+    /// Delay from due to written, µs.
+    pub lag: Histogram,
+    /// The busiest robot thread's busy share (running or waiting for its core) of the run.
+    pub busy: Option<f64>,
+}
+
+impl Sends {
+    /// Counts a request written `lag_us` after it was due (`late`: past the threshold;
+    /// `waited`: it had to wait for a busy robot worker).
+    pub fn sent(&mut self, lag_us: u64, late: bool, waited: bool) {
+        self.sent += 1;
+        self.lag.record(lag_us);
+        self.late += u64::from(late);
+        self.late_free += u64::from(late && !waited);
+    }
+
+    fn merge(&mut self, o: &Sends) {
+        self.sent += o.sent;
+        self.late += o.late;
+        self.late_free += o.late_free;
+        self.expired += o.expired;
+        self.lag.merge(&o.lag);
+        self.busy = match (self.busy, o.busy) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 impl Stats {
@@ -280,5 +322,6 @@ impl Stats {
         }
         self.conns_opened += o.conns_opened;
         self.retries += o.retries;
+        self.sends.merge(&o.sends);
     }
 }

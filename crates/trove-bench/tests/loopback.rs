@@ -75,3 +75,38 @@ fn a_proxy_that_corrupts_one_body_is_caught() {
     assert_eq!(t.hits, 0, "a proxy that does not cache has no hits");
     assert!(r.notes.iter().any(|n| n.contains("wrong bodies")));
 }
+
+#[test]
+fn a_modest_rate_is_offered_on_schedule_and_the_report_says_so() {
+    let r = run(
+        "run --workload datacomm-1 --scale 0.002 --rate 200 --think 0 --robots 4 \
+                 --max-requests 400 --late-ms 100 --world 5eed --quiet",
+    );
+    let g = &r.generator;
+    assert_eq!(r.total.errors, 0, "{:?}", r.total.errors_by_kind);
+    assert_eq!((g.issued, g.expired), (r.total.requests, 0), "{g:?}");
+    assert!(!g.fell_behind, "{g:?}");
+    assert_eq!(g.limit, "none");
+    assert!(r
+        .text()
+        .contains("generator: the generator kept its schedule"));
+}
+
+#[test]
+fn robots_offered_more_than_they_can_send_say_they_fell_behind() {
+    // A million a second from one robot thread (a debug build sends a few tens of thousands):
+    // requests queue in the robots and expire unsent, and the report says the schedule was not
+    // kept, in the notes of the text and in the JSON, rather than only counting timeouts.
+    let r = run(
+        "run --workload datacomm-1 --scale 0.002 --rate 1000000 --think 0 --robots 20 \
+                 --max-requests 20000 --timeout 1 --world 5eed --quiet",
+    );
+    let g = &r.generator;
+    assert!(g.fell_behind, "{g:?}");
+    assert!(g.expired > 0 && g.late > 0, "{g:?}");
+    assert_eq!(g.issued + g.expired, r.total.requests, "{g:?}");
+    assert!(r.notes.contains(&g.verdict), "{:?}", r.notes);
+    assert!(r.text().contains(&g.verdict));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["generator"]["fell_behind"], true);
+}
