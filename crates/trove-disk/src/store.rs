@@ -626,24 +626,64 @@ impl DiskStore {
             return None;
         }
         let fp = fingerprint(key, "");
-        let loc = self.shared.index.get(fp)?;
-        match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
-            Ok(Some(found)) => {
-                self.shared.index.mark_accessed(fp);
-                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
-                Some(found)
+        // A hot record being copied forward by a reclaim (its old region retired, its copy
+        // not published yet) is opened at its new place once the copy is published: the
+        // reclaim and its copies are one step of the writer's (see `writer`), and a read
+        // that began within it finds the disk as after it, not half way — as a replay that
+        // puts its writer after the step finds it (a sendfile hit either way, never a
+        // promotion in one and not the other). The step is short (the copies of one
+        // region, at most half a region's bytes); at most two waits.
+        let mut waits = 0;
+        loop {
+            if waits < 2 && self.wait_moved(fp) {
+                waits += 1;
             }
-            Ok(None) | Err(Blocked::WouldBlock) => None,
-            // Its region was reused since the index was read (or is being: a reclaim
-            // copying it forward), which is no corruption: the promotion reads it.
-            Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => None,
-            Err(Blocked::Read(e)) => {
-                self.drop_corrupt(fp, loc, &e);
-                None
+            let loc = self.shared.index.get(fp)?;
+            match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
+                Ok(Some(found)) => {
+                    self.shared.index.mark_accessed(fp);
+                    self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Some(found);
+                }
+                // Retired under it: moving (opened once the copy is published), or gone.
+                Ok(None) | Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration)))
+                    if waits < 2 && self.is_moving(fp) => {}
+                Ok(None) | Err(Blocked::WouldBlock) => return None,
+                // Its region was reused since the index was read, which is no corruption:
+                // the promotion reads it.
+                Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => {
+                    return None
+                }
+                Err(Blocked::Read(e)) => {
+                    self.drop_corrupt(fp, loc, &e);
+                    return None;
+                }
             }
         }
     }
+
+    /// True while a reclaim is copying `fp`'s record forward (see `Shared::moving`).
+    fn is_moving(&self, fp: u64) -> bool {
+        self.shared.moving.lock().contains_key(&fp)
+    }
+
+    /// If `fp`'s record is being copied forward, waits (blocking) until its copy is
+    /// published, at most [`MOVE_WAIT`]; true if it was moving.
+    fn wait_moved(&self, fp: u64) -> bool {
+        if !self.is_moving(fp) {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + MOVE_WAIT;
+        while self.is_moving(fp) && std::time::Instant::now() < deadline && !self.has_failed() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
+    }
 }
+
+/// The longest [`DiskStore::open_body`] waits for a record being copied forward to be
+/// published at its new place (a reclaim's copies: at most half a region).
+const MOVE_WAIT: Duration = Duration::from_secs(1);
 
 impl DiskStore {
     /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
@@ -657,6 +697,11 @@ impl DiskStore {
             return Cached::No;
         }
         let fp = fingerprint(key, "");
+        // Being copied forward: opened at its new place by the blocking open, which waits
+        // for it (see `open_body`).
+        if self.is_moving(fp) {
+            return Cached::WouldBlock;
+        }
         let Some(loc) = self.shared.index.get(fp) else {
             return Cached::No;
         };
@@ -665,6 +710,11 @@ impl DiskStore {
                 self.shared.index.mark_accessed(fp);
                 self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
                 Cached::Found(Box::new(found))
+            }
+            Ok(None) | Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration)))
+                if self.is_moving(fp) =>
+            {
+                Cached::WouldBlock
             }
             Ok(None) => Cached::No,
             Err(Blocked::WouldBlock) => Cached::WouldBlock,
@@ -843,6 +893,49 @@ mod tests {
         d.shared.moving.lock().clear();
         let found = crate::reader::load(&d.shared, fp, loc, key, 1 << 20).unwrap();
         assert!(found.is_some(), "read from its new place");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A `sendfile` open of a hot record that a reclaim is copying forward (its region
+    /// retired, the copy not yet published) waits for the copy and opens it: a read that
+    /// began within the reclaim's step finds the disk as after it (as a replay's writer,
+    /// put after the step, has it), not a miss that sends the request to a promotion.
+    #[test]
+    fn a_sendfile_open_while_its_record_moves_waits_for_the_copy() {
+        let (dir, d) = small_store("open-moving");
+        let key = "http://example.com/hot-file";
+        let min = 64 << 10;
+        assert!(d.write(&object(key, 100_000)));
+        d.flush();
+        if d.open_body(key, min).is_none() {
+            // This directory can't send from the file (no hole punching): nothing to test.
+            assert!(!d.shared.zero_copy.load(Ordering::Acquire));
+            drop(d);
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        // As a reclaim leaves it: copied aside, its region retired.
+        let (_, loc, seq) = copy_aside(&d, key);
+        let r = loc.region() as usize;
+        d.shared.seqs[r].store(0, Ordering::SeqCst);
+        assert!(matches!(
+            d.open_body_cached(key, min),
+            crate::Cached::WouldBlock
+        ));
+        let shared = Arc::clone(&d.shared);
+        let publish = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            // The copy published (here: at its old place, its region live again) and
+            // `moving` emptied, as the writer does.
+            shared.seqs[r].store(seq, Ordering::SeqCst);
+            shared.moving.lock().clear();
+        });
+        let found = d.open_body(key, min);
+        publish.join().unwrap();
+        assert!(found.is_some(), "opened once its copy was published");
+        assert_eq!(d.stats().corrupt, 0);
+        drop(found);
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

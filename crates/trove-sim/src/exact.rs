@@ -61,6 +61,11 @@ pub struct ConfigResult {
     pub examples: Vec<(u64, String, String, String)>,
     pub outcomes: BTreeMap<&'static str, u64>,
     pub evictions: u64,
+    /// Requests at whose lookup the replay's memory tier did not hold what trove's did
+    /// (objects, bytes, evictions so far: the trace's `memory`), and the first of them
+    /// (request, trove's, the replay's): where the two memory tiers part.
+    pub memory_mismatches: u64,
+    pub first_memory_mismatch: Option<(u64, [u64; 3], [u64; 3])>,
     /// The disk tier's counts, with `--disk`.
     pub disk: Option<DiskCounts>,
 }
@@ -126,6 +131,16 @@ struct Arriving {
 impl Sim {
     /// Puts the disk's writer where trove's was (see `crate::disk`).
     fn settle(&mut self, index: u64, r: &Request) {
+        if let Some((o, b, e)) = r.memory {
+            let s = self.engine.store.stats();
+            let (theirs, ours) = ([o, b, e], [s.objects, s.bytes, s.evictions]);
+            if theirs != ours {
+                self.result.memory_mismatches += 1;
+                self.result
+                    .first_memory_mismatch
+                    .get_or_insert((index, theirs, ours));
+            }
+        }
         let queued = r.lower_queued;
         if let Some(d) = &self.disk {
             d.settle(r.lower_jobs, r.lower_reclaims);
@@ -198,6 +213,8 @@ impl Exact {
                     examples: Vec::new(),
                     outcomes: BTreeMap::new(),
                     evictions: 0,
+                    memory_mismatches: 0,
+                    first_memory_mismatch: None,
                     disk: None,
                 };
                 Ok(Sim {
@@ -273,6 +290,11 @@ impl Exact {
                     if let Some(rules) = store.invalidations() {
                         rules.sweep(store, sweep.retire_before);
                     }
+                    // A pass told and not made (this sweep scanned nothing) is not made
+                    // at a later one: trove's wasn't.
+                    if let Some(d) = &sim.disk {
+                        d.store.forget_told_pass();
+                    }
                 }
                 Ok(())
             }
@@ -318,6 +340,9 @@ impl Exact {
             let replayed = if r.result == Outcome::Denied.as_str() {
                 format!("{}/{:03}", Outcome::Denied.as_str(), r.status)
             } else if purge_by_rule {
+                if r.lower_jobs.is_some() {
+                    self.sims[i].settle(self.index, r);
+                }
                 for inv in &r.invalidations {
                     apply(&*store, inv, r.at);
                 }
