@@ -108,6 +108,7 @@ impl DiskStore {
             epoch: AtomicU64::new(0),
             recent_removals: Mutex::new(std::collections::HashMap::new()),
             moving: Mutex::new(std::collections::HashMap::new()),
+            deferred_removals: Mutex::new(VecDeque::new()),
             inv: std::sync::OnceLock::new(),
             journal: Arc::new(journal),
             disk_checked,
@@ -201,8 +202,10 @@ impl DiskStore {
         let bytes: u64 = body.iter().map(|b| b.len() as u64).sum::<u64>() + 1024;
         let limit = self.queue_limit();
         let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        // An empty queue takes any object: the writer reaches it next.
-        if queued > 0 && queued + bytes > limit {
+        // An empty queue takes any object: the writer reaches it next. A held writer's
+        // queue (a replay's) is as long as the replay lets it be, and its speed is this
+        // machine's: it sheds nothing, or what a replay stores would depend on them.
+        if queued > 0 && queued + bytes > limit && self.shared.gate.get().is_none() {
             self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             let s = &self.shared.stats;
             s.writes_dropped.fetch_add(1, Ordering::Relaxed);
@@ -440,6 +443,10 @@ impl DiskStore {
         };
         self.flush();
         let mut removed = 0u64;
+        // A held writer's (a replay's): the removals are made where trove's were, each
+        // a tombstone queued as the requests looked up meanwhile say (`reach`), not all
+        // before the next request; trove's pass runs beside them.
+        let held = self.shared.gate.get().is_some();
         for r in 0..self.shared.dir.region_count() {
             if self.has_failed() {
                 return false;
@@ -451,6 +458,10 @@ impl DiskStore {
             // By the rules made before it began: one made while it runs is the next
             // pass's (so what a pass removes does not depend on how long it takes).
             match crate::recovery::judge_region(&self.shared, r, seq, inv, upto) {
+                Ok(dead) if held => {
+                    removed += dead.len() as u64;
+                    self.shared.deferred_removals.lock().extend(dead);
+                }
                 Ok(dead) => {
                     for (key, variant) in dead {
                         self.remove(&key, Some(&variant));
@@ -476,6 +487,23 @@ impl DiskStore {
             .fetch_add(removed, Ordering::Relaxed);
         self.shared.stats.passes.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// With the writer held (a replay): makes the removals a pass decided and left waiting
+    /// (see [`DiskStore::pass`]), in order, until `queued` jobs have been queued in all,
+    /// each removal queueing one (its tombstone): trove's pass made them one by one while
+    /// requests went on, and a request's record says how many jobs had been queued when
+    /// it was looked up. `u64::MAX`: all of them.
+    pub fn reach(&self, queued: u64) {
+        loop {
+            if self.shared.jobs_pushed.load(Ordering::Acquire) >= queued {
+                return;
+            }
+            let Some((key, variant)) = self.shared.deferred_removals.lock().pop_front() else {
+                return;
+            };
+            self.remove(&key, Some(&variant));
+        }
     }
 
     /// True if the index may hold `key` (cheap: no I/O).
@@ -893,6 +921,47 @@ mod tests {
         d.shared.moving.lock().clear();
         let found = crate::reader::load(&d.shared, fp, loc, key, 1 << 20).unwrap();
         assert!(found.is_some(), "read from its new place");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A held writer's pass over the disk (a replay's) decides its removals and leaves them
+    /// to `reach`, which makes them one tombstone at a time up to a count of jobs queued:
+    /// trove's pass makes them while requests go on, and a request sees those made before
+    /// it was looked up, not all of them.
+    #[test]
+    fn a_held_writers_pass_leaves_its_removals_to_reach() {
+        use trove_store::invalidation::{Mode, Selector};
+        let (dir, d) = small_store("pass-reach");
+        let inv = Arc::new(trove_store::Invalidations::new());
+        d.attach(Arc::clone(&inv));
+        let keys: Vec<String> = (0..3).map(|i| format!("http://example.com/p{i}")).collect();
+        for k in &keys {
+            assert!(d.write(&object(k, 3000)));
+        }
+        d.flush();
+        d.hold_writer();
+        for k in &keys[..2] {
+            inv.add(
+                Selector::Key(key_hash(k)),
+                Mode::Hard,
+                std::time::SystemTime::now(),
+            );
+        }
+        let q0 = d.progress().queued;
+        assert!(d.pass());
+        assert_eq!(d.progress().queued, q0, "decided, not made");
+        assert!(d.may_hold(&keys[0]) && d.may_hold(&keys[1]));
+        d.reach(q0 + 1);
+        assert_eq!(d.progress().queued, q0 + 1);
+        assert!(!d.may_hold(&keys[0]), "the first removal, made");
+        assert!(d.may_hold(&keys[1]), "the second, not yet");
+        d.reach(q0 + 1);
+        assert!(d.may_hold(&keys[1]), "reached already: nothing more");
+        d.reach(u64::MAX);
+        assert_eq!(d.progress().queued, q0 + 2);
+        assert!(!d.may_hold(&keys[1]));
+        assert!(d.may_hold(&keys[2]), "no rule kills it");
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -143,6 +143,7 @@ impl Sim {
         }
         let queued = r.lower_queued;
         if let Some(d) = &self.disk {
+            d.reach(queued);
             d.settle(r.lower_jobs, r.lower_reclaims);
             let ours = d.store.disk().progress().queued;
             if let Some(q) = queued.filter(|q| *q != ours) {
@@ -262,6 +263,11 @@ impl Exact {
     ) -> std::io::Result<()> {
         for sim in &mut self.sims {
             sim.overdue(event.at());
+            // A body's end or a sweep queued its jobs after those trove had queued before
+            // it: a pass's removals among them.
+            if let (Some(d), Some(q)) = (&sim.disk, event.lower_queued()) {
+                d.reach(Some(q));
+            }
         }
         match event {
             Event::Filled { url, ok, .. } => {
@@ -502,10 +508,13 @@ pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<Ex
     if let Some(e) = reader.error() {
         anyhow::bail!("reading the trace: {e}");
     }
-    // Bodies the trace never said the end of.
+    // Bodies the trace never said the end of, and a pass's removals it did not reach.
     for sim in &mut exact.sims {
         while let Some(a) = sim.arriving.pop_front() {
             sim.end(a, true);
+        }
+        if let Some(d) = &sim.disk {
+            d.reach(None);
         }
     }
     Ok(exact.report(reader.skipped()))
