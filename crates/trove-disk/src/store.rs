@@ -679,9 +679,7 @@ impl DiskStore {
                 Ok(None) | Err(Blocked::WouldBlock) => return None,
                 // Its region was reused since the index was read, which is no corruption:
                 // the promotion reads it.
-                Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => {
-                    return None
-                }
+                Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => return None,
                 Err(Blocked::Read(e)) => {
                     self.drop_corrupt(fp, loc, &e);
                     return None;

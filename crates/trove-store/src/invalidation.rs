@@ -1286,7 +1286,10 @@ mod tests {
         let again = inv.sweep(&store, t(2));
         assert_eq!(again.checked, 0);
         assert!(store.scans());
-        assert!(!again.whole, "a sweep that scanned nothing passed over nothing");
+        assert!(
+            !again.whole,
+            "a sweep that scanned nothing passed over nothing"
+        );
         // An object sent before the retired rule and never checked is taken as dead.
         assert_eq!(inv.verdict(&obj("http://h/late", &[], 0)), Verdict::Dead);
     }
