@@ -292,6 +292,10 @@ pub(crate) struct Shared {
     /// place gone reads them from here ([`crate::reader::load`]), so a hot object never
     /// misses while it moves.
     pub moving: Mutex<std::collections::HashMap<u64, crate::format::Record>>,
+    /// With the writer held (a replay): the removals a pass over the disk decided, not
+    /// made yet, in order (key, variant); made by [`crate::DiskStore::reach`] where the
+    /// trace says trove's were made, beside the requests looked up meanwhile.
+    pub deferred_removals: Mutex<VecDeque<(String, String)>>,
     /// The rule log the objects are judged by (the memory tier's), once `Tiered` attached it.
     pub inv: std::sync::OnceLock<Arc<trove_store::Invalidations>>,
     /// The invalidation journal (`journal`), in the first directory.

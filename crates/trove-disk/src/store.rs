@@ -108,6 +108,7 @@ impl DiskStore {
             epoch: AtomicU64::new(0),
             recent_removals: Mutex::new(std::collections::HashMap::new()),
             moving: Mutex::new(std::collections::HashMap::new()),
+            deferred_removals: Mutex::new(VecDeque::new()),
             inv: std::sync::OnceLock::new(),
             journal: Arc::new(journal),
             disk_checked,
@@ -201,8 +202,10 @@ impl DiskStore {
         let bytes: u64 = body.iter().map(|b| b.len() as u64).sum::<u64>() + 1024;
         let limit = self.queue_limit();
         let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
-        // An empty queue takes any object: the writer reaches it next.
-        if queued > 0 && queued + bytes > limit {
+        // An empty queue takes any object: the writer reaches it next. A held writer's
+        // queue (a replay's) is as long as the replay lets it be, and its speed is this
+        // machine's: it sheds nothing, or what a replay stores would depend on them.
+        if queued > 0 && queued + bytes > limit && self.shared.gate.get().is_none() {
             self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
             let s = &self.shared.stats;
             s.writes_dropped.fetch_add(1, Ordering::Relaxed);
@@ -440,6 +443,10 @@ impl DiskStore {
         };
         self.flush();
         let mut removed = 0u64;
+        // A held writer's (a replay's): the removals are made where trove's were, each
+        // a tombstone queued as the requests looked up meanwhile say (`reach`), not all
+        // before the next request; trove's pass runs beside them.
+        let held = self.shared.gate.get().is_some();
         for r in 0..self.shared.dir.region_count() {
             if self.has_failed() {
                 return false;
@@ -451,6 +458,10 @@ impl DiskStore {
             // By the rules made before it began: one made while it runs is the next
             // pass's (so what a pass removes does not depend on how long it takes).
             match crate::recovery::judge_region(&self.shared, r, seq, inv, upto) {
+                Ok(dead) if held => {
+                    removed += dead.len() as u64;
+                    self.shared.deferred_removals.lock().extend(dead);
+                }
                 Ok(dead) => {
                     for (key, variant) in dead {
                         self.remove(&key, Some(&variant));
@@ -476,6 +487,23 @@ impl DiskStore {
             .fetch_add(removed, Ordering::Relaxed);
         self.shared.stats.passes.fetch_add(1, Ordering::Relaxed);
         true
+    }
+
+    /// With the writer held (a replay): makes the removals a pass decided and left waiting
+    /// (see [`DiskStore::pass`]), in order, until `queued` jobs have been queued in all,
+    /// each removal queueing one (its tombstone): trove's pass made them one by one while
+    /// requests went on, and a request's record says how many jobs had been queued when
+    /// it was looked up. `u64::MAX`: all of them.
+    pub fn reach(&self, queued: u64) {
+        loop {
+            if self.shared.jobs_pushed.load(Ordering::Acquire) >= queued {
+                return;
+            }
+            let Some((key, variant)) = self.shared.deferred_removals.lock().pop_front() else {
+                return;
+            };
+            self.remove(&key, Some(&variant));
+        }
     }
 
     /// True if the index may hold `key` (cheap: no I/O).
@@ -626,24 +654,62 @@ impl DiskStore {
             return None;
         }
         let fp = fingerprint(key, "");
-        let loc = self.shared.index.get(fp)?;
-        match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
-            Ok(Some(found)) => {
-                self.shared.index.mark_accessed(fp);
-                self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
-                Some(found)
+        // A hot record being copied forward by a reclaim (its old region retired, its copy
+        // not published yet) is opened at its new place once the copy is published: the
+        // reclaim and its copies are one step of the writer's (see `writer`), and a read
+        // that began within it finds the disk as after it, not half way — as a replay that
+        // puts its writer after the step finds it (a sendfile hit either way, never a
+        // promotion in one and not the other). The step is short (the copies of one
+        // region, at most half a region's bytes); at most two waits.
+        let mut waits = 0;
+        loop {
+            if waits < 2 && self.wait_moved(fp) {
+                waits += 1;
             }
-            Ok(None) | Err(Blocked::WouldBlock) => None,
-            // Its region was reused since the index was read (or is being: a reclaim
-            // copying it forward), which is no corruption: the promotion reads it.
-            Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => None,
-            Err(Blocked::Read(e)) => {
-                self.drop_corrupt(fp, loc, &e);
-                None
+            let loc = self.shared.index.get(fp)?;
+            match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
+                Ok(Some(found)) => {
+                    self.shared.index.mark_accessed(fp);
+                    self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Some(found);
+                }
+                // Retired under it: moving (opened once the copy is published), or gone.
+                Ok(None) | Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration)))
+                    if waits < 2 && self.is_moving(fp) => {}
+                Ok(None) | Err(Blocked::WouldBlock) => return None,
+                // Its region was reused since the index was read, which is no corruption:
+                // the promotion reads it.
+                Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration))) => return None,
+                Err(Blocked::Read(e)) => {
+                    self.drop_corrupt(fp, loc, &e);
+                    return None;
+                }
             }
         }
     }
+
+    /// True while a reclaim is copying `fp`'s record forward (see `Shared::moving`).
+    fn is_moving(&self, fp: u64) -> bool {
+        self.shared.moving.lock().contains_key(&fp)
+    }
+
+    /// If `fp`'s record is being copied forward, waits (blocking) until its copy is
+    /// published, at most [`MOVE_WAIT`]; true if it was moving.
+    fn wait_moved(&self, fp: u64) -> bool {
+        if !self.is_moving(fp) {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + MOVE_WAIT;
+        while self.is_moving(fp) && std::time::Instant::now() < deadline && !self.has_failed() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        true
+    }
 }
+
+/// The longest [`DiskStore::open_body`] waits for a record being copied forward to be
+/// published at its new place (a reclaim's copies: at most half a region).
+const MOVE_WAIT: Duration = Duration::from_secs(1);
 
 impl DiskStore {
     /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
@@ -657,6 +723,11 @@ impl DiskStore {
             return Cached::No;
         }
         let fp = fingerprint(key, "");
+        // Being copied forward: opened at its new place by the blocking open, which waits
+        // for it (see `open_body`).
+        if self.is_moving(fp) {
+            return Cached::WouldBlock;
+        }
         let Some(loc) = self.shared.index.get(fp) else {
             return Cached::No;
         };
@@ -665,6 +736,11 @@ impl DiskStore {
                 self.shared.index.mark_accessed(fp);
                 self.shared.stats.hits.fetch_add(1, Ordering::Relaxed);
                 Cached::Found(Box::new(found))
+            }
+            Ok(None) | Err(Blocked::Read(ReadError::Format(FormatError::StaleGeneration)))
+                if self.is_moving(fp) =>
+            {
+                Cached::WouldBlock
             }
             Ok(None) => Cached::No,
             Err(Blocked::WouldBlock) => Cached::WouldBlock,
@@ -843,6 +919,90 @@ mod tests {
         d.shared.moving.lock().clear();
         let found = crate::reader::load(&d.shared, fp, loc, key, 1 << 20).unwrap();
         assert!(found.is_some(), "read from its new place");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A held writer's pass over the disk (a replay's) decides its removals and leaves them
+    /// to `reach`, which makes them one tombstone at a time up to a count of jobs queued:
+    /// trove's pass makes them while requests go on, and a request sees those made before
+    /// it was looked up, not all of them.
+    #[test]
+    fn a_held_writers_pass_leaves_its_removals_to_reach() {
+        use trove_store::invalidation::{Mode, Selector};
+        let (dir, d) = small_store("pass-reach");
+        let inv = Arc::new(trove_store::Invalidations::new());
+        d.attach(Arc::clone(&inv));
+        let keys: Vec<String> = (0..3).map(|i| format!("http://example.com/p{i}")).collect();
+        for k in &keys {
+            assert!(d.write(&object(k, 3000)));
+        }
+        d.flush();
+        d.hold_writer();
+        for k in &keys[..2] {
+            inv.add(
+                Selector::Key(key_hash(k)),
+                Mode::Hard,
+                std::time::SystemTime::now(),
+            );
+        }
+        let q0 = d.progress().queued;
+        assert!(d.pass());
+        assert_eq!(d.progress().queued, q0, "decided, not made");
+        assert!(d.may_hold(&keys[0]) && d.may_hold(&keys[1]));
+        d.reach(q0 + 1);
+        assert_eq!(d.progress().queued, q0 + 1);
+        assert!(!d.may_hold(&keys[0]), "the first removal, made");
+        assert!(d.may_hold(&keys[1]), "the second, not yet");
+        d.reach(q0 + 1);
+        assert!(d.may_hold(&keys[1]), "reached already: nothing more");
+        d.reach(u64::MAX);
+        assert_eq!(d.progress().queued, q0 + 2);
+        assert!(!d.may_hold(&keys[1]));
+        assert!(d.may_hold(&keys[2]), "no rule kills it");
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A `sendfile` open of a hot record that a reclaim is copying forward (its region
+    /// retired, the copy not yet published) waits for the copy and opens it: a read that
+    /// began within the reclaim's step finds the disk as after it (as a replay's writer,
+    /// put after the step, has it), not a miss that sends the request to a promotion.
+    #[test]
+    fn a_sendfile_open_while_its_record_moves_waits_for_the_copy() {
+        let (dir, d) = small_store("open-moving");
+        let key = "http://example.com/hot-file";
+        let min = 64 << 10;
+        assert!(d.write(&object(key, 100_000)));
+        d.flush();
+        if d.open_body(key, min).is_none() {
+            // This directory can't send from the file (no hole punching): nothing to test.
+            assert!(!d.shared.zero_copy.load(Ordering::Acquire));
+            drop(d);
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        // As a reclaim leaves it: copied aside, its region retired.
+        let (_, loc, seq) = copy_aside(&d, key);
+        let r = loc.region() as usize;
+        d.shared.seqs[r].store(0, Ordering::SeqCst);
+        assert!(matches!(
+            d.open_body_cached(key, min),
+            crate::Cached::WouldBlock
+        ));
+        let shared = Arc::clone(&d.shared);
+        let publish = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            // The copy published (here: at its old place, its region live again) and
+            // `moving` emptied, as the writer does.
+            shared.seqs[r].store(seq, Ordering::SeqCst);
+            shared.moving.lock().clear();
+        });
+        let found = d.open_body(key, min);
+        publish.join().unwrap();
+        assert!(found.is_some(), "opened once its copy was published");
+        assert_eq!(d.stats().corrupt, 0);
+        drop(found);
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

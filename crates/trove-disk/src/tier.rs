@@ -349,6 +349,16 @@ impl Tiered {
         }
     }
 
+    /// With [`Tiered::with_passes_told`]: a pass told for the next scan and not made (no
+    /// scan followed: the sweep had no rule to apply) is forgotten, so it is not made at a
+    /// later sweep's scan instead. For a replay of a trace that said a sweep passed over
+    /// the disk when it scanned nothing (traces written before `SweepReport::whole`).
+    pub fn forget_told_pass(&self) {
+        if let Some(t) = &self.0.told {
+            t.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     pub fn disk(&self) -> &DiskStore {
         &self.0.disk
     }

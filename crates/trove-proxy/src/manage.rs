@@ -739,7 +739,9 @@ pub fn spawn_sweeper(current: Arc<crate::state::Current>, every: Duration) {
                 let first = trace.enabled().then(queued).flatten();
                 let report = inv.sweep(&*store, before);
                 // The replay sweeps where trove swept (what it removes frees memory).
-                trace.sweep(now, before, store.scans(), first.zip(queued()));
+                // `whole` from this sweep's own scan: `scans` still says what an earlier
+                // one covered when this one scanned nothing.
+                trace.sweep(now, before, report.whole, first.zip(queued()));
                 let _ = tx.send(report);
             });
             let _ = rx.await;

@@ -79,6 +79,9 @@ pub struct Capture {
     pub lower_nows: Vec<SystemTime>,
     /// Where the lower tier's writer was at the first lookup ([`note_lower`]).
     pub lower: Option<trove_store::LowerProgress>,
+    /// The memory tier at the first lookup: objects, bytes and evictions so far
+    /// ([`note_memory`]).
+    pub memory: Option<[u64; 3]>,
     /// Where it was at each read of the lower tier's copy that followed ([`note_lower_read`]).
     pub lower_reads: Vec<trove_store::LowerProgress>,
     pub origin: Vec<OriginRecord>,
@@ -135,6 +138,18 @@ pub fn note_lower(progress: impl FnOnce() -> Option<trove_store::LowerProgress>)
     with(|c| {
         if c.lower.is_none() {
             c.lower = progress();
+        }
+    });
+}
+
+/// Notes the memory tier's objects, bytes and evictions so far when the request was looked
+/// up (the first lookup's): where a replay's memory tier first parts from trove's shows.
+/// `stats` is asked only when a request is being traced.
+pub fn note_memory(stats: impl FnOnce() -> trove_store::StoreStats) {
+    with(|c| {
+        if c.memory.is_none() {
+            let s = stats();
+            c.memory = Some([s.objects, s.bytes, s.evictions]);
         }
     });
 }
@@ -294,6 +309,9 @@ pub struct RequestRecord<'a> {
     /// a promotion), in order: `[jobs done, regions reclaimed]`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lower_reads: Vec<[u64; 2]>,
+    /// The memory tier at the lookup: `[objects, bytes, evictions so far]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<[u64; 3]>,
     /// The origin's answers, in the order they came (none for a hit).
     pub origin: Vec<OriginRecord>,
     /// Invalidations the request made (a `PURGE`).
@@ -498,6 +516,7 @@ pub fn request_record<'a>(x: &Exchange<'a>, capture: Capture) -> RequestRecord<'
             .iter()
             .map(|l| [l.done, l.reclaims])
             .collect(),
+        memory: capture.memory,
         origin: capture.origin,
         invalidations: capture.invalidations,
     }

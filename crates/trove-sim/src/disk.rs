@@ -123,8 +123,22 @@ impl DiskTier {
     /// the next job, and the replay's is put there too ([`DiskStore::roll_ahead`]).
     ///
     /// [`DiskStore::roll_ahead`]: trove_disk::DiskStore::roll_ahead
+    /// Makes the removals the last pass over the disk decided as far as trove's had been
+    /// made when `queued` jobs had been queued for its writer (the trace's `lower_queued`;
+    /// all of them when it does not say): trove's pass made them one by one, beside the
+    /// requests ([`DiskStore::reach`]).
+    ///
+    /// [`DiskStore::reach`]: trove_disk::DiskStore::reach
+    pub fn reach(&self, queued: Option<u64>) {
+        self.store.disk().reach(queued.unwrap_or(u64::MAX));
+    }
+
     pub fn settle(&self, done: Option<u64>, reclaims: Option<u64>) {
         let disk = self.store.disk();
+        if let Some(n) = done {
+            // Jobs done were queued first.
+            self.reach(Some(n));
+        }
         match (self.held, done) {
             (true, Some(n)) => {
                 disk.release(n);

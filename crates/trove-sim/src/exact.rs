@@ -61,6 +61,11 @@ pub struct ConfigResult {
     pub examples: Vec<(u64, String, String, String)>,
     pub outcomes: BTreeMap<&'static str, u64>,
     pub evictions: u64,
+    /// Requests at whose lookup the replay's memory tier did not hold what trove's did
+    /// (objects, bytes, evictions so far: the trace's `memory`), and the first of them
+    /// (request, trove's, the replay's): where the two memory tiers part.
+    pub memory_mismatches: u64,
+    pub first_memory_mismatch: Option<(u64, [u64; 3], [u64; 3])>,
     /// The disk tier's counts, with `--disk`.
     pub disk: Option<DiskCounts>,
 }
@@ -126,8 +131,19 @@ struct Arriving {
 impl Sim {
     /// Puts the disk's writer where trove's was (see `crate::disk`).
     fn settle(&mut self, index: u64, r: &Request) {
+        if let Some((o, b, e)) = r.memory {
+            let s = self.engine.store.stats();
+            let (theirs, ours) = ([o, b, e], [s.objects, s.bytes, s.evictions]);
+            if theirs != ours {
+                self.result.memory_mismatches += 1;
+                self.result
+                    .first_memory_mismatch
+                    .get_or_insert((index, theirs, ours));
+            }
+        }
         let queued = r.lower_queued;
         if let Some(d) = &self.disk {
+            d.reach(queued);
             d.settle(r.lower_jobs, r.lower_reclaims);
             let ours = d.store.disk().progress().queued;
             if let Some(q) = queued.filter(|q| *q != ours) {
@@ -198,6 +214,8 @@ impl Exact {
                     examples: Vec::new(),
                     outcomes: BTreeMap::new(),
                     evictions: 0,
+                    memory_mismatches: 0,
+                    first_memory_mismatch: None,
                     disk: None,
                 };
                 Ok(Sim {
@@ -245,6 +263,11 @@ impl Exact {
     ) -> std::io::Result<()> {
         for sim in &mut self.sims {
             sim.overdue(event.at());
+            // A body's end or a sweep queued its jobs after those trove had queued before
+            // it: a pass's removals among them.
+            if let (Some(d), Some(q)) = (&sim.disk, event.lower_queued()) {
+                d.reach(Some(q));
+            }
         }
         match event {
             Event::Filled { url, ok, .. } => {
@@ -272,6 +295,11 @@ impl Exact {
                     let store = &*sim.engine.store;
                     if let Some(rules) = store.invalidations() {
                         rules.sweep(store, sweep.retire_before);
+                    }
+                    // A pass told and not made (this sweep scanned nothing) is not made
+                    // at a later one: trove's wasn't.
+                    if let Some(d) = &sim.disk {
+                        d.store.forget_told_pass();
                     }
                 }
                 Ok(())
@@ -318,6 +346,9 @@ impl Exact {
             let replayed = if r.result == Outcome::Denied.as_str() {
                 format!("{}/{:03}", Outcome::Denied.as_str(), r.status)
             } else if purge_by_rule {
+                if r.lower_jobs.is_some() {
+                    self.sims[i].settle(self.index, r);
+                }
                 for inv in &r.invalidations {
                     apply(&*store, inv, r.at);
                 }
@@ -477,10 +508,13 @@ pub fn run<R: std::io::BufRead>(input: R, mut exact: Exact) -> anyhow::Result<Ex
     if let Some(e) = reader.error() {
         anyhow::bail!("reading the trace: {e}");
     }
-    // Bodies the trace never said the end of.
+    // Bodies the trace never said the end of, and a pass's removals it did not reach.
     for sim in &mut exact.sims {
         while let Some(a) = sim.arriving.pop_front() {
             sim.end(a, true);
+        }
+        if let Some(d) = &sim.disk {
+            d.reach(None);
         }
     }
     Ok(exact.report(reader.skipped()))

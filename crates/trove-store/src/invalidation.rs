@@ -962,6 +962,7 @@ impl Invalidations {
                 }
             });
             if store.scans() {
+                report.whole = true;
                 self.swept.fetch_max(upto, Ordering::AcqRel);
             }
         }
@@ -1133,6 +1134,10 @@ pub struct SweepReport {
     pub checked: u64,
     pub removed: u64,
     pub retired: u64,
+    /// This sweep scanned the store and the scan covered all of it ([`Storage::scans`]):
+    /// with a disk tier, it passed over the disk. False for a sweep that scanned nothing
+    /// (no rule since the last), whatever an earlier scan covered.
+    pub whole: bool,
 }
 
 #[cfg(test)]
@@ -1272,9 +1277,19 @@ mod tests {
         assert_eq!(inv.members(tag_hash("even"), 100).0, 0, "dead left out");
         let r = inv.sweep(&store, t(2));
         assert_eq!((r.checked, r.removed, r.retired), (20, 10, 1));
+        assert!(r.whole, "a memory store's scan covers it all");
         assert_eq!(store.stats().objects, 10);
         assert_eq!(inv.stats().memberships, 10);
         assert_eq!(inv.pending(), 0);
+        // No rule since: nothing scanned, and the report does not claim a whole scan
+        // (the trace's `whole`), though the store's last scan was.
+        let again = inv.sweep(&store, t(2));
+        assert_eq!(again.checked, 0);
+        assert!(store.scans());
+        assert!(
+            !again.whole,
+            "a sweep that scanned nothing passed over nothing"
+        );
         // An object sent before the retired rule and never checked is taken as dead.
         assert_eq!(inv.verdict(&obj("http://h/late", &[], 0)), Verdict::Dead);
     }

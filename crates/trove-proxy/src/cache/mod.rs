@@ -347,6 +347,7 @@ async fn run<B: ClientBody>(
                 // Where the lower tier's writer is, for the replayable trace (when on).
                 if shared.trace.enabled() {
                     crate::trace::note_lower(|| store.lower_progress());
+                    crate::trace::note_memory(|| store.stats());
                 }
                 match store.probe(cx.key()) {
                     // Not in memory, but a lower tier may hold it: the flow says what to
@@ -471,6 +472,13 @@ async fn run<B: ClientBody>(
             }
             Command::Combine => Event::Combined(partial::combine(store, rules.policy, cx.key())),
             Command::Purge(p) => {
+                // Where the lower tier's writer was: a `PURGE` of a URL answers by what
+                // its removal found, on disk too, which depends on how far the writer had
+                // got (a replay puts its own there).
+                if shared.trace.enabled() {
+                    crate::trace::note_lower(|| store.lower_progress());
+                    crate::trace::note_memory(|| store.stats());
+                }
                 let done = purge::apply(cx, &p).await;
                 now = fetch::now();
                 Event::Purged(done)

@@ -80,6 +80,8 @@ struct Line {
     #[serde(default)]
     lower_reads: Vec<(u64, u64)>,
     #[serde(default)]
+    memory: Option<(u64, u64, u64)>,
+    #[serde(default)]
     origin: Vec<AnswerLine>,
     #[serde(default)]
     invalidations: Vec<InvalidationLine>,
@@ -194,6 +196,9 @@ pub struct Request {
     /// Where trove's disk writer was (jobs done, regions reclaimed) at each read of the
     /// disk's copy after the lookup (an open, a promotion), in order.
     pub lower_reads: Vec<(u64, u64)>,
+    /// trove's memory tier at the lookup: objects, bytes, evictions so far (a diagnostic:
+    /// the replay reports where its own first differs).
+    pub memory: Option<(u64, u64, u64)>,
     pub answers: Vec<Answer>,
     pub invalidations: Vec<Invalidation>,
 }
@@ -327,6 +332,7 @@ pub fn parse(line: &[u8]) -> Option<Event> {
                 },
                 lower_queued: l.lower_queued,
                 lower_reads: l.lower_reads,
+                memory: l.memory,
                 answers,
                 invalidations,
             })))
