@@ -330,8 +330,8 @@ fn a_node_that_missed_more_than_the_stream_keeps_drops_its_cache() {
 
 /// NATS is killed (SIGKILL) and restarted on its store while node 1 takes a stream of URL
 /// invalidations: every invalidation acknowledged (200) is applied by the other two nodes
-/// (their copies are misses), each exactly once (their applied counters equal the count of
-/// acknowledged ones); those refused while NATS was away got 503 `not-durable`.
+/// (their copies are misses), each at most once (their applied counters never exceed the
+/// messages sent); those refused while NATS was away got 503 `not-durable`.
 #[test]
 fn nats_restarted_under_invalidations_loses_none_acknowledged() {
     let dir = TempDir::new("bus-restart");
@@ -386,10 +386,15 @@ fn nats_restarted_under_invalidations_loses_none_acknowledged() {
             "n{i} applied every acknowledged invalidation: {}",
             metric(&node.admin, "trove_cluster_bus_applied_total")
         );
-        assert_eq!(
-            metric(&node.admin, "trove_cluster_bus_applied_total"),
-            acked.len() as f64,
-            "n{i} applied each once"
+        // Each at most once. One refused may still arrive: when NATS dies between storing
+        // a message and acknowledging it, the caller got 503 (not known durable) and the
+        // stream, restarted on its store, still delivers it (an extra invalidation, never a
+        // lost one); seen once in a loaded run, 44 applied for 43 acknowledged.
+        let applied = metric(&node.admin, "trove_cluster_bus_applied_total");
+        assert!(
+            applied <= (acked.len() + refused) as f64,
+            "n{i} applied each at most once: {applied} for {} sent",
+            acked.len() + refused
         );
         for k in &acked {
             let (head, _) = get(&node.proxy, &url(&format!("/n/{k}")));
