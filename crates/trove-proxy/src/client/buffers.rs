@@ -28,9 +28,7 @@ thread_local! {
 
 /// A read buffer of [`READ`] bytes, empty.
 pub fn take_read() -> BytesMut {
-    READS
-        .with(|f| f.borrow_mut().pop())
-        .unwrap_or_else(|| BytesMut::with_capacity(READ))
+    take(&READS, READ)
 }
 
 /// Gives back a read buffer whose bytes were all consumed.
@@ -40,9 +38,7 @@ pub fn give_read(buf: BytesMut) {
 
 /// A buffer to encode a response head in, empty.
 pub fn take_head() -> BytesMut {
-    HEADS
-        .with(|f| f.borrow_mut().pop())
-        .unwrap_or_else(|| BytesMut::with_capacity(HEAD))
+    take(&HEADS, HEAD)
 }
 
 /// Gives back a head buffer once the head encoded in it has been written.
@@ -50,15 +46,18 @@ pub fn give_head(buf: BytesMut) {
     keep(&HEADS, buf, HEAD, HEAD_KEPT);
 }
 
+type Pool = std::thread::LocalKey<RefCell<Vec<BytesMut>>>;
+
+/// A buffer from `pool`, or a new one of `size` bytes.
+fn take(pool: &'static Pool, size: usize) -> BytesMut {
+    pool.with(|f| f.borrow_mut().pop())
+        .unwrap_or_else(|| BytesMut::with_capacity(size))
+}
+
 /// Keeps `buf` (emptied) in `pool` if it is a whole buffer of its own with between `least`
 /// and `most` bytes: one whose space is still shared with bytes in use elsewhere, or that
 /// grew past `most`, is freed instead.
-fn keep(
-    pool: &'static std::thread::LocalKey<RefCell<Vec<BytesMut>>>,
-    mut buf: BytesMut,
-    least: usize,
-    most: usize,
-) {
+fn keep(pool: &'static Pool, mut buf: BytesMut, least: usize, most: usize) {
     buf.clear();
     if !buf.try_reclaim(least) || buf.capacity() > most {
         return;
