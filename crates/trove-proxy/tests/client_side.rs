@@ -289,6 +289,24 @@ async fn idle_client_connections_are_closed_after_the_timeout() {
     assert!(c.closed().await);
 }
 
+/// An idle connection's wait has two parts (`client::conn::IdleWait`: the first 2 s, then
+/// the rest of `client_idle` with a graceful stop noticed at once), on one timer: a
+/// connection idle past the first part is still served, and one idle for all of
+/// `client_idle` is closed.
+#[tokio::test]
+async fn an_idle_connection_past_its_first_wait_is_served_then_closed_at_the_timeout() {
+    let origin = hello_origin().await;
+    let trove =
+        Trove::forward(|s| s.timeouts.client_idle = std::time::Duration::from_millis(3000)).await;
+    let mut c = trove.client().await;
+    assert_eq!(c.get(&origin.url("/ok"), &[]).await.status, 200);
+    // Into the second part of the wait, then a request on the same connection.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(c.get(&origin.url("/ok"), &[]).await.status, 200);
+    // Idle again for longer than client_idle: closed (within `closed`'s 5 s).
+    assert!(c.closed().await, "closed after client_idle");
+}
+
 #[tokio::test]
 async fn vanished_client_mid_head_does_not_disturb_others() {
     let origin = hello_origin().await;
