@@ -70,6 +70,10 @@ pub enum ShedReason {
     QueueWait,
     /// It waited the whole bound in the origin's queue without getting a connection.
     QueueTimeout,
+    /// The origin's queue has stood (no request found a connection free for a while): only
+    /// a short line is admitted, and this request was not expected to get a connection
+    /// soon enough.
+    Overload,
     /// As many requests as the proxy allows already wait on origins.
     PendingLimit,
     /// Every connection the origin may give to streamed request bodies is taken, and none
@@ -82,6 +86,7 @@ impl ShedReason {
         match self {
             ShedReason::QueueWait => "shed-queue-wait",
             ShedReason::QueueTimeout => "shed-queue-timeout",
+            ShedReason::Overload => "shed-overload",
             ShedReason::PendingLimit => "shed-pending-limit",
             ShedReason::UploadLimit => "shed-upload-limit",
         }

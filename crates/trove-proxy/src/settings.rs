@@ -449,6 +449,15 @@ pub struct PoolSettings {
     /// `Retry-After`. Zero queues nothing: a request finding every connection busy is shed.
     #[serde(deserialize_with = "de_duration")]
     pub max_queue_wait: Duration,
+    /// A queue in which no request has found a connection free for this long is standing:
+    /// overload rather than a burst. A request arriving at a standing queue joins it only
+    /// if it is next in line or expected to get a connection within `overload_queue_wait`;
+    /// the others are shed at once (503, `detail=shed-overload`).
+    #[serde(deserialize_with = "de_duration")]
+    pub overload_after: Duration,
+    /// See `overload_after`.
+    #[serde(deserialize_with = "de_duration")]
+    pub overload_queue_wait: Duration,
     /// Connections to one origin that requests still streaming their body up may hold at
     /// once (bodies over `[limits] client_body_buffer`); more wait for one like for any
     /// connection, then get 503. Default: a quarter of `max_per_origin` (at least 1), so
@@ -462,6 +471,8 @@ impl Default for PoolSettings {
             max_per_origin: 256,
             idle_timeout: Duration::from_secs(30),
             max_queue_wait: Duration::from_secs(1),
+            overload_after: Duration::from_millis(100),
+            overload_queue_wait: Duration::from_millis(20),
             max_uploads_per_origin: None,
         }
     }

@@ -251,6 +251,10 @@ impl Shared {
             idle_timeout: settings.origin_pool.idle_timeout,
             connect_timeout: settings.timeouts.connect,
             max_queue_wait: settings.origin_pool.max_queue_wait,
+            overload: crate::origin::Overload {
+                after: settings.origin_pool.overload_after,
+                queue_wait: settings.origin_pool.overload_queue_wait,
+            },
         };
         // A pool is carried over while its limits and its guard are unchanged; otherwise a
         // new one starts and the old one's connections finish their requests and close.

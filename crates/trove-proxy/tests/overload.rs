@@ -95,6 +95,81 @@ async fn misses_past_the_origin_queue_bound_are_shed_and_hits_go_on() {
     );
 }
 
+/// Misses offered at twice what the origin's connections can serve, steadily, for 3 s:
+/// what each answer was and how long it took.
+async fn steady_double_load(overload_after: Duration) -> Vec<(u16, Duration, String)> {
+    let origin = Origin::start(slow_origin_with_a_hit(Duration::from_millis(300))).await;
+    // 2 connections held 300 ms each serve 6.7 misses a second; 14.3 are offered.
+    let trove = Arc::new(
+        Trove::reverse(&origin, |s| {
+            s.origin_pool.max_per_origin = 2;
+            s.origin_pool.max_queue_wait = Duration::from_secs(4);
+            s.origin_pool.overload_after = overload_after;
+            s.origin_pool.overload_queue_wait = Duration::from_millis(20);
+            s.timeouts.connect = Duration::from_secs(30);
+        })
+        .await,
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(70));
+    let mut sent = Vec::new();
+    for i in 0..43 {
+        tick.tick().await;
+        let t = Arc::clone(&trove);
+        sent.push(tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            let r = kit::get(&t, &format!("/slow/{i}"), &[]).await;
+            let status = r.header("cache-status").unwrap_or_default().to_string();
+            (r.status, start.elapsed(), status)
+        }));
+    }
+    let mut out = Vec::new();
+    for s in sent {
+        out.push(s.await.expect("every miss is answered"));
+    }
+    out
+}
+
+/// Under steady 2× load, a queue that has stood past `overload_after` admits only a short
+/// line: the misses it serves wait little (the fixed bound alone let the line grow for as
+/// long as the overload lasted, here to seconds), the rest get 503 `shed-overload` at once,
+/// and the origin's connections stay busy throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_queue_keeps_admitted_misses_waiting_little() {
+    let slowest = |answers: &[(u16, Duration, String)]| {
+        answers
+            .iter()
+            .filter(|a| a.0 == 200)
+            .map(|a| a.1)
+            .max()
+            .unwrap_or_default()
+    };
+    let answers = steady_double_load(Duration::from_millis(100)).await;
+    let served = answers.iter().filter(|a| a.0 == 200).count();
+    for (status, _, cache_status) in &answers {
+        assert!(
+            *status == 200 || (*status == 503 && cache_status.contains("detail=shed-overload")),
+            "{status} {cache_status}"
+        );
+    }
+    // 3 s at 6.7 a second: about 20, less the first exchanges' start.
+    assert!(
+        served >= 12,
+        "the connections were kept busy: {served} served"
+    );
+    let with_rule = slowest(&answers);
+    assert!(
+        with_rule < Duration::from_millis(1500),
+        "an admitted miss waited little: {with_rule:?}"
+    );
+    // The same load with only the burst bound: the line grows to seconds.
+    let without = slowest(&steady_double_load(Duration::from_secs(3600)).await);
+    eprintln!("{served} served, slowest {with_rule:?}; without the rule, slowest {without:?}");
+    assert!(
+        without > with_rule * 2,
+        "without the overload rule {without:?}, with it {with_rule:?}"
+    );
+}
+
 /// The listening socket gets the configured backlog (std and tokio listen with 128, which a
 /// burst of connections overflows), as `ss -ltn` reports it in Send-Q; and 2,000
 /// connections opened at once are all served.

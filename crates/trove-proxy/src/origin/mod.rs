@@ -20,6 +20,6 @@ pub use abandon::abandon;
 pub use error::Failed;
 pub use fetch::{send, OriginError, OriginRequest, OriginResponse};
 pub use interim::{Forwarded, Interim, InterimHead, InterimSlot};
-pub use pool::{OriginView, Pool, PoolLimits, Reachability, UploadSlot};
+pub use pool::{OriginView, Overload, Pool, PoolLimits, Reachability, UploadSlot};
 pub use request_body::{body_channel, OriginRequestBody};
 pub use stream::OriginStream;

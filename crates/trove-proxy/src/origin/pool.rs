@@ -121,6 +121,16 @@ fn reap_period(idle_timeout: Duration) -> Duration {
 /// waited that long all the same. The drain rate is estimated from how long connections are
 /// held per exchange (an exponentially weighted mean), so a slow origin gets a short queue
 /// and a fast one a long queue, with no length to tune.
+///
+/// That bound is for bursts. A queue that *stands* — no request has found a connection free
+/// for `overload.after` — is overload, not a burst, and a long line then only makes every
+/// admitted request wait its length (the fixed bound gave admitted misses a ~1.5 s median
+/// under steady 2× load). So, as CoDel tells a standing queue from a good one by how long it
+/// has been since the queue last drained, a request arriving at a standing queue joins it
+/// only when it is expected to get a connection within `overload.queue_wait`, or is next in
+/// line; the rest are shed at once. The line left is short but never empty, so connections
+/// never come free with nobody to take them, and the first request to find one free ends
+/// the overload.
 struct OriginQueue {
     slots: Arc<Semaphore>,
     /// Signalled when a connection comes back idle.
@@ -129,6 +139,10 @@ struct OriginQueue {
     waiting: AtomicUsize,
     /// Mean time a connection is held per exchange, in microseconds; 0 until measured.
     held_us: AtomicU64,
+    /// When a request last found a connection free (idle, or a slot for a new one) without
+    /// waiting, in microseconds since `epoch`.
+    last_free_us: AtomicU64,
+    epoch: Instant,
 }
 
 impl OriginQueue {
@@ -138,7 +152,28 @@ impl OriginQueue {
             returned: Notify::new(),
             waiting: AtomicUsize::new(0),
             held_us: AtomicU64::new(0),
+            last_free_us: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+
+    /// A request found a connection without waiting: whatever stood in line, it drained.
+    fn found_free(&self) {
+        self.last_free_us
+            .store(self.micros(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// Whether the queue has stood for longer than `after`: no request has found a
+    /// connection free for that long.
+    fn standing(&self, after: Duration) -> bool {
+        let since = self
+            .micros(Instant::now())
+            .saturating_sub(self.last_free_us.load(Ordering::Relaxed));
+        since > after.as_micros() as u64
     }
 
     /// Folds one exchange's holding time into the mean (weight 1/8: a few dozen exchanges
@@ -210,6 +245,7 @@ pub struct Pool {
     idle_timeout: Duration,
     connect_timeout: Duration,
     max_queue_wait: Duration,
+    overload: Overload,
     metrics: Arc<Metrics>,
     destinations: Arc<DestinationPolicy>,
     resolver: Resolver,
@@ -241,6 +277,27 @@ pub struct PoolLimits {
     /// Longest a request may wait for a connection when the origin has all it may have;
     /// past it (or expected past it), the request is shed.
     pub max_queue_wait: Duration,
+    /// How a standing queue is told from a burst, and how short it is kept.
+    pub overload: Overload,
+}
+
+/// The origin queue's overload rule (see [`OriginQueue`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overload {
+    /// A queue no request has found a free connection in for this long is standing.
+    pub after: Duration,
+    /// At a standing queue, a request joins only if it is expected to get a connection
+    /// within this (or is next in line).
+    pub queue_wait: Duration,
+}
+
+impl Default for Overload {
+    fn default() -> Self {
+        Overload {
+            after: Duration::from_millis(100),
+            queue_wait: Duration::from_millis(20),
+        }
+    }
 }
 
 /// One origin as the status page shows it.
@@ -254,6 +311,9 @@ pub struct OriginView {
     pub waiting: usize,
     /// Mean time a connection is held per exchange; zero until measured.
     pub mean_exchange: Duration,
+    /// Whether requests are waiting at a queue that has stood past `overload.after` (so
+    /// only a short line is admitted).
+    pub overloaded: bool,
 }
 
 impl Pool {
@@ -270,6 +330,8 @@ impl Pool {
                     .saturating_sub(q.slots.available_permits()),
                 waiting: q.waiting.load(Ordering::Relaxed),
                 mean_exchange: Duration::from_micros(q.held_us.load(Ordering::Relaxed)),
+                overloaded: q.waiting.load(Ordering::Relaxed) > 0
+                    && q.standing(self.overload.after),
             })
             .collect();
         out.sort_by(|a, b| a.upstream.cmp(&b.upstream));
@@ -284,6 +346,7 @@ impl Pool {
             idle_timeout: self.idle_timeout,
             connect_timeout: self.connect_timeout,
             max_queue_wait: self.max_queue_wait,
+            overload: self.overload,
         }
     }
 
@@ -298,6 +361,7 @@ impl Pool {
             idle_timeout: limits.idle_timeout,
             connect_timeout: limits.connect_timeout,
             max_queue_wait: limits.max_queue_wait,
+            overload: limits.overload,
             metrics,
             destinations: reach.destinations,
             resolver: reach.resolver,
@@ -408,10 +472,14 @@ impl Pool {
         let key = &PoolKey::new(upstream, chooser, reach);
         let queue = self.queue(upstream);
         if let Some(c) = self.take_idle(key, &queue).await {
+            queue.found_free();
             return Ok(c);
         }
         let permit = match Arc::clone(&queue.slots).try_acquire_owned() {
-            Ok(p) => p,
+            Ok(p) => {
+                queue.found_free();
+                p
+            }
             Err(_) => match self.wait_in_queue(key, &queue).await? {
                 Queued::Permit(p) => p,
                 Queued::Idle(c) => return Ok(c),
@@ -500,9 +568,16 @@ impl Pool {
         let ahead = queue.waiting.fetch_add(1, Ordering::Relaxed);
         let _waiting = Waiting(&queue.waiting);
         let held = Duration::from_micros(queue.held_us.load(Ordering::Relaxed));
-        if expected_wait(ahead, self.max_per_origin, held).is_some_and(|w| w > self.max_queue_wait)
-        {
-            return Err(OriginError::Shed(ShedReason::QueueWait));
+        if let Some(expected) = expected_wait(ahead, self.max_per_origin, held) {
+            if expected > self.max_queue_wait {
+                return Err(OriginError::Shed(ShedReason::QueueWait));
+            }
+            if ahead > 0
+                && expected > self.overload.queue_wait
+                && queue.standing(self.overload.after)
+            {
+                return Err(OriginError::Shed(ShedReason::Overload));
+            }
         }
         let deadline = tokio::time::Instant::now() + self.max_queue_wait;
         loop {
@@ -621,6 +696,7 @@ mod tests {
                 idle_timeout,
                 connect_timeout: Duration::from_secs(5),
                 max_queue_wait: Duration::from_secs(5),
+                overload: Overload::default(),
             },
             Arc::new(Metrics::default()),
             Reachability {
@@ -702,6 +778,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(30),
                 connect_timeout: Duration::from_secs(5),
                 max_queue_wait: Duration::from_millis(20),
+                overload: Overload::default(),
             },
             Arc::new(Metrics::default()),
             Reachability {
@@ -733,6 +810,105 @@ mod tests {
         );
     }
 
+    /// A queue that has stood past `overload.after` admits only a short line: the request
+    /// next in line, or one expected to get a connection within `overload.queue_wait`;
+    /// the others are shed at once. Before it stands, and again once a request finds a
+    /// connection free, the burst bound (`max_queue_wait`) is the only one.
+    #[tokio::test]
+    async fn a_standing_queue_admits_only_a_short_line() {
+        let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
+        let pool = Pool::new(
+            PoolLimits {
+                max_per_origin: 1,
+                max_uploads: 1,
+                idle_timeout: Duration::from_secs(30),
+                connect_timeout: Duration::from_secs(5),
+                max_queue_wait: Duration::from_secs(30),
+                overload: Overload {
+                    after: Duration::from_millis(50),
+                    queue_wait: Duration::from_millis(20),
+                },
+            },
+            Arc::new(Metrics::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
+        );
+        let queue = pool.queue(&key);
+        // Exchanges take 100 ms: the one connection comes free ten times a second.
+        queue.observe_hold(Duration::from_millis(100));
+        let busy = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        let waiter = |pool: &Arc<Pool>| {
+            let (pool, key) = (Arc::clone(pool), key.clone());
+            tokio::spawn(async move {
+                pool.checkout(&key, Chooser::Operator, &anyone())
+                    .await
+                    .map(|_| ())
+            })
+        };
+        let in_line = |n: usize| {
+            let q = Arc::clone(&queue);
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while q.waiting.load(Ordering::Relaxed) != n {
+                    assert!(Instant::now() < deadline, "{n} never waited");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
+        // A burst: the connection was just found free, so a line of three (expected to
+        // wait up to 300 ms) is admitted.
+        let burst: Vec<_> = (0..3).map(|_| waiter(&pool)).collect();
+        in_line(3).await;
+        assert!(!pool.origins()[0].overloaded);
+        // The line stands: nobody has found the connection free for longer than 50 ms.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(
+            pool.origins()[0].overloaded,
+            "{:?}",
+            pool.origins()[0].waiting
+        );
+        let t = Instant::now();
+        match pool.checkout(&key, Chooser::Operator, &anyone()).await {
+            Err(OriginError::Shed(ShedReason::Overload)) => {}
+            other => panic!("expected shed-overload, got {:?}", other.err()),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "shed at once, not after a wait"
+        );
+        assert_eq!(queue.waiting.load(Ordering::Relaxed), 3);
+        // The line drains (the connections are given up, so each waiter gets a slot in
+        // turn); then the first request in line at a standing queue is still admitted.
+        drop(busy);
+        for w in burst {
+            assert!(w.await.unwrap().is_ok(), "the admitted burst is served");
+        }
+        let busy = pool
+            .checkout(&key, Chooser::Operator, &anyone())
+            .await
+            .unwrap();
+        queue.last_free_us.store(0, Ordering::Relaxed);
+        assert!(queue.standing(Duration::from_millis(50)));
+        let next = waiter(&pool);
+        in_line(1).await;
+        match pool.checkout(&key, Chooser::Operator, &anyone()).await {
+            Err(OriginError::Shed(ShedReason::Overload)) => {}
+            other => panic!("expected shed-overload, got {:?}", other.err()),
+        }
+        // A request that finds the connection free ends the overload.
+        drop(busy);
+        assert!(next.await.unwrap().is_ok());
+        let free = pool.checkout(&key, Chooser::Operator, &anyone()).await;
+        assert!(free.is_ok());
+        assert!(!queue.standing(Duration::from_millis(50)));
+    }
+
     #[test]
     fn reap_period_is_never_zero() {
         assert_eq!(reap_period(Duration::ZERO), REAP_EVERY);
@@ -756,6 +932,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(30),
                 connect_timeout: Duration::from_millis(100),
                 max_queue_wait: Duration::from_secs(5),
+                overload: Overload::default(),
             },
             Arc::new(Metrics::default()),
             Reachability {

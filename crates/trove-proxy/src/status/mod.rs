@@ -413,7 +413,11 @@ td.n{{text-align:right;font-variant-numeric:tabular-nums}} .bad{{color:#b00;font
                 r#"<tr><td>{}</td><td>{state}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td>{}</td><td>{}</td></tr>"#,
                 escape(name),
                 p.map_or(0, |p| p.open),
-                p.map_or(0, |p| p.waiting),
+                p.map_or(String::from("0"), |p| if p.overloaded {
+                    format!(r#"{} <span class="bad">standing</span>"#, p.waiting)
+                } else {
+                    p.waiting.to_string()
+                }),
                 p.map_or("–".into(), |p| if p.mean_exchange.is_zero() {
                     "–".into()
                 } else {
