@@ -116,7 +116,7 @@ fn recover(dir: PathBuf, objects: u64, body_bytes: u64) {
     let mut found: [Option<Duration>; 3] = [None; 3];
     while found.iter().any(Option::is_none) {
         for (p, f) in probes.iter().zip(found.iter_mut()) {
-            if f.is_none() && d.may_hold(p) {
+            if f.is_none() && d.may_hold(p, None) {
                 *f = Some(started.elapsed());
             }
         }
@@ -131,7 +131,7 @@ fn recover(dir: PathBuf, objects: u64, body_bytes: u64) {
     let s = d.stats();
     let mut checked = 0;
     for i in (0..objects).step_by((objects / 1000).max(1) as usize) {
-        let mut l = d.load(&key(i), u64::MAX);
+        let mut l = d.load(&key(i), u64::MAX, None);
         let got = l.pop().expect("object recovered");
         let LoadedBody::Whole(b) = got.body else {
             panic!("whole")
@@ -175,7 +175,7 @@ fn policies(dir: PathBuf) {
         for n in 0..400_000u64 {
             let i = zipf.sample(&mut rng) as u64;
             let k = key(i);
-            let hit = !store.load(&k, u64::MAX).is_empty();
+            let hit = !store.load(&k, u64::MAX, None).is_empty();
             if n >= 100_000 {
                 reqs += 1;
                 hits += u64::from(hit);

@@ -306,6 +306,13 @@ pub(crate) struct Shared {
     /// Writes take it shared while they judge an object and queue it; a pass takes it
     /// alone to mark where it starts (see [`DiskStore::pass`]).
     pub stamp: parking_lot::RwLock<()>,
+    /// The writer takes it alone for each step a lookup could otherwise see half made (a
+    /// batch's records published and counted done; a reclaim's removals from the index and
+    /// its count); a read asked to note the writer's place ([`trove_store::Note`]) takes it
+    /// shared while it notes the place and looks at the index, so the two are of one
+    /// moment. Only noting reads (a replayable trace's) take it shared: otherwise the
+    /// writer never waits for it.
+    pub steps: parking_lot::RwLock<()>,
     pub stop: AtomicBool,
     pub config: DiskConfig,
     /// Set once the failure was logged, so it is logged once.

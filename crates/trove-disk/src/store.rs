@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use trove_store::hash::{fingerprint, key_hash};
-use trove_store::Object;
+use trove_store::{Note, Object};
 
 use crate::dir::{Dir, OpenError};
 
@@ -113,6 +113,7 @@ impl DiskStore {
             journal: Arc::new(journal),
             disk_checked,
             stamp: parking_lot::RwLock::new(()),
+            steps: parking_lot::RwLock::new(()),
             stop: AtomicBool::new(false),
             config,
             failure_logged: AtomicBool::new(false),
@@ -507,29 +508,48 @@ impl DiskStore {
     }
 
     /// True if the index may hold `key` (cheap: no I/O).
-    pub fn may_hold(&self, key: &str) -> bool {
+    pub fn may_hold(&self, key: &str, note: Note<'_>) -> bool {
         if self.has_failed() {
             return false;
         }
-        self.shared.index.get(fingerprint(key, "")).is_some()
-            || !self.shared.varied.get(key_hash(key)).is_empty()
+        self.at_one_step(note, || {
+            self.shared.index.get(fingerprint(key, "")).is_some()
+                || !self.shared.varied.get(key_hash(key)).is_empty()
+        })
+    }
+
+    /// Runs `look` (index lookups, no waiting on the writer) with `note` called first, both
+    /// between two of the writer's steps (see `Shared::steps`); without a note, just runs
+    /// it.
+    fn at_one_step<T>(&self, note: Note<'_>, look: impl FnOnce() -> T) -> T {
+        match note {
+            None => look(),
+            Some(note) => {
+                let _between = self.shared.steps.read();
+                note();
+                look()
+            }
+        }
     }
 
     /// Every variant of `key` on disk, read and verified (blocking I/O: call it from a
     /// blocking pool). Bodies up to `whole_limit` bytes come back whole; larger ones as a
     /// stream. Corrupt records are dropped from the index and counted.
-    pub fn load(&self, key: &str, whole_limit: u64) -> Vec<Loaded> {
+    /// The variants are found in the index all at once (and `note` called then), then read.
+    pub fn load(&self, key: &str, whole_limit: u64, note: Note<'_>) -> Vec<Loaded> {
         if self.has_failed() {
             return Vec::new();
         }
         let kh = key_hash(key);
-        let mut fps = vec![fingerprint(key, "")];
-        fps.extend(self.shared.varied.get(kh));
+        let found: Vec<(u64, Loc)> = self.at_one_step(note, || {
+            let mut fps = vec![fingerprint(key, "")];
+            fps.extend(self.shared.varied.get(kh));
+            fps.into_iter()
+                .filter_map(|fp| self.shared.index.get(fp).map(|loc| (fp, loc)))
+                .collect()
+        });
         let mut out = Vec::new();
-        for fp in fps {
-            let Some(loc) = self.shared.index.get(fp) else {
-                continue;
-            };
+        for (fp, loc) in found {
             match crate::reader::load(&self.shared, fp, loc, key, whole_limit) {
                 Ok(Some(l)) => {
                     self.shared.index.mark_accessed(fp);
@@ -646,11 +666,8 @@ impl DiskStore {
     /// (blocking I/O: call it from a blocking pool). `None` when there is none, when the
     /// key has variants, when the body is smaller, or when this directory can't do
     /// zero-copy sends. A corrupt record is dropped and counted, as on any read.
-    pub fn open_body(&self, key: &str, min_len: u64) -> Option<OnDisk> {
+    pub fn open_body(&self, key: &str, min_len: u64, mut note: Note<'_>) -> Option<OnDisk> {
         if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
-            return None;
-        }
-        if !self.shared.varied.get(key_hash(key)).is_empty() {
             return None;
         }
         let fp = fingerprint(key, "");
@@ -666,7 +683,18 @@ impl DiskStore {
             if waits < 2 && self.wait_moved(fp) {
                 waits += 1;
             }
-            let loc = self.shared.index.get(fp)?;
+            // Looked up again after a wait: the place noted last is the one that counts.
+            let again: Note<'_> = match &mut note {
+                Some(n) => Some(&mut **n),
+                None => None,
+            };
+            let loc = self.at_one_step(again, || {
+                if self.shared.varied.get(key_hash(key)).is_empty() {
+                    self.shared.index.get(fp)
+                } else {
+                    None
+                }
+            })?;
             match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Blocking) {
                 Ok(Some(found)) => {
                     self.shared.index.mark_accessed(fp);
@@ -715,20 +743,24 @@ impl DiskStore {
     /// [`DiskStore::open_body`] without blocking, for the common hit on a record already
     /// verified whose head is in the page cache: the head is read with `RWF_NOWAIT`, so an
     /// async runtime thread may call this, and only the rest go to a blocking pool.
-    pub fn open_body_cached(&self, key: &str, min_len: u64) -> Cached {
+    pub fn open_body_cached(&self, key: &str, min_len: u64, note: Note<'_>) -> Cached {
         if self.has_failed() || !self.shared.zero_copy.load(Ordering::Acquire) {
-            return Cached::No;
-        }
-        if !self.shared.varied.get(key_hash(key)).is_empty() {
             return Cached::No;
         }
         let fp = fingerprint(key, "");
         // Being copied forward: opened at its new place by the blocking open, which waits
-        // for it (see `open_body`).
+        // for it (see `open_body`), and notes the place then.
         if self.is_moving(fp) {
             return Cached::WouldBlock;
         }
-        let Some(loc) = self.shared.index.get(fp) else {
+        let looked = self.at_one_step(note, || {
+            if self.shared.varied.get(key_hash(key)).is_empty() {
+                Some(self.shared.index.get(fp))
+            } else {
+                None
+            }
+        });
+        let Some(loc) = looked.flatten() else {
             return Cached::No;
         };
         match zero_copy::open(&self.shared, fp, loc, key, min_len, Mode::Cached) {
@@ -865,12 +897,12 @@ mod tests {
         let obj = object(key, 3000);
         assert!(d.write(&obj));
         d.flush();
-        assert_eq!(d.load(key, 1 << 20).len(), 1);
+        assert_eq!(d.load(key, 1 << 20, None).len(), 1);
         // As a reclaim leaves it: copied aside, its region retired, the index unchanged.
         let (_, loc, seq) = copy_aside(&d, key);
         let r = loc.region() as usize;
         d.shared.seqs[r].store(seq + 1000, Ordering::SeqCst);
-        let found = d.load(key, 1 << 20);
+        let found = d.load(key, 1 << 20, None);
         assert_eq!(found.len(), 1, "read from the copy in memory");
         match &found[0].body {
             crate::LoadedBody::Whole(body) => assert_eq!(body.len(), 3000),
@@ -878,7 +910,7 @@ mod tests {
         }
         // Gone from `moving` without being published (its region reused): a miss.
         d.shared.moving.lock().clear();
-        assert!(d.load(key, 1 << 20).is_empty());
+        assert!(d.load(key, 1 << 20, None).is_empty());
         assert_eq!(d.stats().corrupt, 0, "a reused place is not corruption");
         d.shared.seqs[r].store(seq, Ordering::SeqCst);
         drop(d);
@@ -902,7 +934,7 @@ mod tests {
             .write_at(loc.region(), loc.offset(), &zeros)
             .unwrap();
         assert_eq!(
-            d.load(key, 1 << 20).len(),
+            d.load(key, 1 << 20, None).len(),
             1,
             "read from the copy in memory"
         );
@@ -949,17 +981,17 @@ mod tests {
         let q0 = d.progress().queued;
         assert!(d.pass());
         assert_eq!(d.progress().queued, q0, "decided, not made");
-        assert!(d.may_hold(&keys[0]) && d.may_hold(&keys[1]));
+        assert!(d.may_hold(&keys[0], None) && d.may_hold(&keys[1], None));
         d.reach(q0 + 1);
         assert_eq!(d.progress().queued, q0 + 1);
-        assert!(!d.may_hold(&keys[0]), "the first removal, made");
-        assert!(d.may_hold(&keys[1]), "the second, not yet");
+        assert!(!d.may_hold(&keys[0], None), "the first removal, made");
+        assert!(d.may_hold(&keys[1], None), "the second, not yet");
         d.reach(q0 + 1);
-        assert!(d.may_hold(&keys[1]), "reached already: nothing more");
+        assert!(d.may_hold(&keys[1], None), "reached already: nothing more");
         d.reach(u64::MAX);
         assert_eq!(d.progress().queued, q0 + 2);
-        assert!(!d.may_hold(&keys[1]));
-        assert!(d.may_hold(&keys[2]), "no rule kills it");
+        assert!(!d.may_hold(&keys[1], None));
+        assert!(d.may_hold(&keys[2], None), "no rule kills it");
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -975,7 +1007,7 @@ mod tests {
         let min = 64 << 10;
         assert!(d.write(&object(key, 100_000)));
         d.flush();
-        if d.open_body(key, min).is_none() {
+        if d.open_body(key, min, None).is_none() {
             // This directory can't send from the file (no hole punching): nothing to test.
             assert!(!d.shared.zero_copy.load(Ordering::Acquire));
             drop(d);
@@ -987,7 +1019,7 @@ mod tests {
         let r = loc.region() as usize;
         d.shared.seqs[r].store(0, Ordering::SeqCst);
         assert!(matches!(
-            d.open_body_cached(key, min),
+            d.open_body_cached(key, min, None),
             crate::Cached::WouldBlock
         ));
         let shared = Arc::clone(&d.shared);
@@ -998,11 +1030,52 @@ mod tests {
             shared.seqs[r].store(seq, Ordering::SeqCst);
             shared.moving.lock().clear();
         });
-        let found = d.open_body(key, min);
+        let found = d.open_body(key, min, None);
         publish.join().unwrap();
         assert!(found.is_some(), "opened once its copy was published");
         assert_eq!(d.stats().corrupt, 0);
         drop(found);
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A read that notes the writer's place finds the index as of that place: the writer's
+    /// step (here, publishing a write) waits while the read notes and looks, so a write
+    /// published meanwhile is neither counted in the place noted nor found.
+    #[test]
+    fn a_noting_read_and_the_place_it_notes_are_of_one_moment() {
+        let key = "http://example.com/noted";
+        let (dir, d) = small_store("steps");
+        let d = Arc::new(d);
+        d.hold_writer();
+        assert!(d.write(&object(key, 10_000)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let releaser = {
+            let d = Arc::clone(&d);
+            std::thread::spawn(move || {
+                rx.recv().unwrap();
+                // Published at once if nothing holds it back.
+                d.release(1);
+            })
+        };
+        let mut noted = None;
+        let found = d.may_hold(
+            key,
+            Some(&mut || {
+                noted = Some(d.progress());
+                tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+            }),
+        );
+        releaser.join().unwrap();
+        let noted = noted.expect("noted");
+        assert_eq!(
+            (noted.done, found),
+            (0, false),
+            "noted before the write was published, and not found"
+        );
+        assert_eq!(d.progress().done, 1);
+        assert!(d.may_hold(key, None), "published once the read was done");
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }

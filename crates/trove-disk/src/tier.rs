@@ -37,8 +37,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use trove_store::tier::Fill as Work;
 use trove_store::{
-    Body, BodyError, EvictionHook, FileHit, FileOpen, Lower, LowerStats, Mark, MemoryStore, Object,
-    ObjectHead, Probe, Refused, Removal, Storage, StoreStats, StreamLimits,
+    Body, BodyError, EvictionHook, FileHit, FileOpen, Lower, LowerStats, Mark, MemoryStore, Note,
+    Object, ObjectHead, Probe, Refused, Removal, Storage, StoreStats, StreamLimits,
 };
 
 use crate::reader::BodyStream;
@@ -363,16 +363,28 @@ impl Tiered {
         &self.0.disk
     }
 
+    /// [`Storage::probe`], with `note` called as the disk's index is looked at.
+    fn probe_with(&self, key: &str, note: Note<'_>) -> Probe {
+        if self.0.should_promote(key, note) {
+            Probe::Lower(Box::new(DiskKey {
+                tiered: Arc::clone(&self.0),
+                key: key.to_string(),
+            }))
+        } else {
+            Probe::Upper
+        }
+    }
+
     /// True when a memory miss for `key` should be tried on disk first (no I/O): what
     /// [`Storage::probe`] answers [`Probe::Lower`] for.
     pub fn should_promote(&self, key: &str) -> bool {
-        self.0.should_promote(key)
+        self.0.should_promote(key, None)
     }
 
     /// Loads `key`'s variants from disk into memory (blocking I/O): [`Lower::load`]. Small
     /// bodies arrive whole; each large one is returned as a [`Fill`] for [`Tiered::fill`].
     pub fn promote(&self, key: &str) -> Vec<Fill> {
-        self.0.promote(key)
+        self.0.promote(key, None)
     }
 
     /// Reads a large promoted body from disk into its object (blocking I/O).
@@ -388,21 +400,24 @@ struct DiskKey {
 }
 
 impl Lower for DiskKey {
-    fn open_file_now(&self, min: u64) -> FileOpen {
-        match self.tiered.disk.open_body_cached(&self.key, min) {
+    fn open_file_now(&self, min: u64, note: Note<'_>) -> FileOpen {
+        match self.tiered.disk.open_body_cached(&self.key, min, note) {
             crate::Cached::Found(found) => FileOpen::Found(Box::new(file_hit(*found))),
             crate::Cached::No => FileOpen::No,
             crate::Cached::WouldBlock => FileOpen::WouldBlock,
         }
     }
 
-    fn open_file(&self, min: u64) -> Option<FileHit> {
-        self.tiered.disk.open_body(&self.key, min).map(file_hit)
+    fn open_file(&self, min: u64, note: Note<'_>) -> Option<FileHit> {
+        self.tiered
+            .disk
+            .open_body(&self.key, min, note)
+            .map(file_hit)
     }
 
-    fn load(&self) -> Vec<Work> {
+    fn load(&self, note: Note<'_>) -> Vec<Work> {
         self.tiered
-            .promote(&self.key)
+            .promote(&self.key, note)
             .into_iter()
             .map(|f| {
                 let t = Arc::clone(&self.tiered);
@@ -539,15 +554,15 @@ impl Inner {
         }
     }
 
-    fn should_promote(&self, key: &str) -> bool {
-        self.disk.may_hold(key) && self.lookup(key).is_empty()
+    fn should_promote(&self, key: &str, note: Note<'_>) -> bool {
+        self.disk.may_hold(key, note) && self.lookup(key).is_empty()
     }
 
     /// Loads `key`'s variants from disk into memory (blocking I/O). Small bodies arrive
     /// whole; each large one is returned as a [`Fill`] for [`Tiered::fill`] to run.
-    fn promote(&self, key: &str) -> Vec<Fill> {
+    fn promote(&self, key: &str, note: Note<'_>) -> Vec<Fill> {
         let mut fills = Vec::new();
-        for l in self.disk.load(key, WHOLE_LIMIT) {
+        for l in self.disk.load(key, WHOLE_LIMIT, note) {
             if self.lookup(key).iter().any(|o| o.variant == l.variant) {
                 continue; // Promoted by another request meanwhile, or fetched anew.
             }
@@ -775,7 +790,7 @@ impl Storage for Inner {
         self.recent.lock().forget(key);
         // An evicted object still arriving is no longer wanted on disk either.
         self.arriving.lock().forget_key(key);
-        let on_disk = self.disk.may_hold(key);
+        let on_disk = self.disk.may_hold(key, None);
         let n = self.memory.remove(key, why) + spools;
         self.disk.remove(key, None);
         if n == 0 && on_disk {
@@ -903,14 +918,10 @@ impl Storage for Inner {
 impl Storage for Tiered {
     /// [`Probe::Lower`] for a memory miss the disk index may hold (no I/O).
     fn probe(&self, key: &str) -> Probe {
-        if self.0.should_promote(key) {
-            Probe::Lower(Box::new(DiskKey {
-                tiered: Arc::clone(&self.0),
-                key: key.to_string(),
-            }))
-        } else {
-            Probe::Upper
-        }
+        self.probe_with(key, None)
+    }
+    fn probe_noting(&self, key: &str, note: &mut dyn FnMut()) -> Probe {
+        self.probe_with(key, Some(note))
     }
     fn lookup(&self, key: &str) -> Vec<Arc<Object>> {
         self.0.lookup(key)

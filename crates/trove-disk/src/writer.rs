@@ -906,6 +906,8 @@ impl Writer<'_> {
         }
         let shared = self.shared;
         let written = Instant::now();
+        // The batch's records become visible and are counted done as one step.
+        let step = shared.steps.write();
         for p in a.publish.drain(..) {
             match p {
                 Publish::Fragment {
@@ -971,6 +973,7 @@ impl Writer<'_> {
         shared
             .jobs_done
             .fetch_add(std::mem::take(&mut self.unpublished), Ordering::AcqRel);
+        drop(step);
         Ok(())
     }
 
@@ -1084,7 +1087,10 @@ impl Writer<'_> {
         // stay where they are, and copying them (up to a whole object) would turn FIFO
         // reclaiming into compaction.
         // Decided first (reading what is copied forward), then taken off the index all at
-        // once: a lookup meanwhile finds the region as it was, not half emptied.
+        // once: a lookup meanwhile finds the region as it was, not half emptied. The whole
+        // of it, to the count below, is one step for a read that notes the writer's place
+        // (`Shared::steps`).
+        let step = self.shared.steps.write();
         let mut gone = Vec::new();
         for e in entries
             .iter()
@@ -1124,6 +1130,7 @@ impl Writer<'_> {
         self.shared.seqs[victim as usize].store(0, Ordering::SeqCst);
         // Counted here, as a lookup sees it (a replayable trace records the count).
         self.shared.regions_retired.fetch_add(1, Ordering::AcqRel);
+        drop(step);
         if self.shared.zero_copy.load(Ordering::Acquire) {
             // After `seq` is retired, and after every `sendfile` that may have read the
             // region under its old `seq` returned, before a byte is rewritten: see

@@ -256,7 +256,7 @@ fn check(
     let inv = Arc::clone(tiered.invalidations().expect("rules"));
     let mut found = 0;
     for i in 0..N {
-        let loaded = tiered.disk().load(&url(i), u64::MAX);
+        let loaded = tiered.disk().load(&url(i), u64::MAX, None);
         for l in &loaded {
             let b = match &l.body {
                 LoadedBody::Whole(b) => b.clone(),

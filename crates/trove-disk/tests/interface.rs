@@ -89,7 +89,7 @@ fn a_probe_answers_lower_and_its_load_promotes_the_key() {
         unreachable!("crowd_out waited for it");
     };
     // A small body arrives whole: nothing is left to fill.
-    assert!(lower.load().is_empty());
+    assert!(lower.load(None).is_empty());
     let found = s.lookup(&key(0));
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].body.complete_bytes(), Some(body_of(0, 2000)));
@@ -111,10 +111,10 @@ fn a_probe_hands_back_a_large_body_as_a_verified_file_region() {
         unreachable!("crowd_out waited for it");
     };
     assert!(
-        lower.open_file(len as u64 + 1).is_none(),
+        lower.open_file(len as u64 + 1, None).is_none(),
         "smaller than asked"
     );
-    let hit = lower.open_file(64 << 10).expect("on disk, whole");
+    let hit = lower.open_file(64 << 10, None).expect("on disk, whole");
     assert_eq!(hit.body.len(), len as u64);
     assert_eq!(hit.head.status, StatusCode::OK);
     assert_eq!(hit.body.read(0, len as u64).unwrap(), body_of(0, len));
@@ -124,7 +124,7 @@ fn a_probe_hands_back_a_large_body_as_a_verified_file_region() {
     assert_eq!(hit.body.pinned(&mut || Ok(7)).unwrap(), 7);
     // Verified once: now opened without blocking when its head is in the page cache.
     assert!(matches!(
-        lower.open_file_now(64 << 10),
+        lower.open_file_now(64 << 10, None),
         FileOpen::Found(_) | FileOpen::WouldBlock
     ));
     // Not promoted by any of that.

@@ -66,7 +66,7 @@ fn open(cfg: DiskConfig) -> DiskStore {
 }
 
 fn read_back(d: &DiskStore, i: usize) -> Option<Bytes> {
-    let mut found = d.load(&format!("http://example.com/{i}"), u64::MAX);
+    let mut found = d.load(&format!("http://example.com/{i}"), u64::MAX, None);
     let l = found.pop()?;
     assert_eq!(l.head.headers["x-tag"], i.to_string().as_str());
     match l.body {
@@ -211,7 +211,7 @@ fn removals_are_not_revived_by_a_restart() {
         d.write(&obj(2, "br"));
         d.write(&obj(3, ""));
         d.flush();
-        assert_eq!(d.load("http://example.com/2", u64::MAX).len(), 2);
+        assert_eq!(d.load("http://example.com/2", u64::MAX, None).len(), 2);
         d.remove("http://example.com/1", None);
         d.remove("http://example.com/2", Some("gzip"));
         assert!(read_back(&d, 1).is_none());
@@ -219,7 +219,7 @@ fn removals_are_not_revived_by_a_restart() {
     }
     let d = open(config(&dir, 4 << 20));
     assert!(read_back(&d, 1).is_none(), "purge revived");
-    let v = d.load("http://example.com/2", u64::MAX);
+    let v = d.load("http://example.com/2", u64::MAX, None);
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].variant, "br");
     assert!(read_back(&d, 3).is_some());
@@ -269,7 +269,7 @@ fn after_a_restart_the_newest_copy_wins_across_regions() {
     }
     let d = open(config(&dir, 16 << 20));
     let body = |i: usize| {
-        let mut v = d.load(&format!("http://example.com/{i}"), u64::MAX);
+        let mut v = d.load(&format!("http://example.com/{i}"), u64::MAX, None);
         assert!(v.len() <= 1, "one variant of {i}");
         v.pop().map(|l| match l.body {
             LoadedBody::Whole(b) => (l.variant, b),
@@ -345,7 +345,7 @@ fn a_large_body_streams_and_is_verified_at_the_end() {
         Body::complete(big.clone()),
     ));
     d.flush();
-    let mut l = d.load("http://example.com/big", 1000);
+    let mut l = d.load("http://example.com/big", 1000, None);
     let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
         panic!("streamed");
     };
@@ -363,7 +363,7 @@ fn a_large_body_streams_and_is_verified_at_the_end() {
         .unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&data).unwrap();
     std::os::unix::fs::FileExt::write_at(&f, &[bytes[at] ^ 1], at as u64).unwrap();
-    let mut l = d.load("http://example.com/big", 1000);
+    let mut l = d.load("http://example.com/big", 1000, None);
     let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
         panic!("streamed");
     };
@@ -394,7 +394,7 @@ fn a_body_whose_region_is_reclaimed_while_it_streams_fails_without_counting_corr
     });
     d.write(&big(1, 600_000));
     d.flush();
-    let mut l = d.load("http://example.com/1", 1000);
+    let mut l = d.load("http://example.com/1", 1000, None);
     let LoadedBody::Stream(mut s) = l.pop().unwrap().body else {
         panic!("streamed");
     };
@@ -574,7 +574,7 @@ fn a_disk_pass_removes_the_dead_and_lets_rules_retire() {
     assert_eq!(inv.pending(), 0, "retired");
     for i in 0..20 {
         assert_eq!(
-            t.disk().may_hold(&format!("http://example.com/{i}")),
+            t.disk().may_hold(&format!("http://example.com/{i}"), None),
             i % 2 == 1,
             "object {i}"
         );
@@ -609,9 +609,9 @@ fn a_body_opened_for_sendfile_is_verified_first_and_refused_when_corrupt() {
         d.write(&big(2, 100_000));
         d.flush();
         // Smaller than asked for: left to the ordinary read.
-        assert!(d.open_body("http://example.com/1", 200_000).is_none());
+        assert!(d.open_body("http://example.com/1", 200_000, None).is_none());
         let found = d
-            .open_body("http://example.com/1", 64 << 10)
+            .open_body("http://example.com/1", 64 << 10, None)
             .expect("on disk");
         assert_eq!(found.head.headers["x-tag"], "1");
         assert_eq!(found.body.len(), 100_000);
@@ -631,11 +631,11 @@ fn a_body_opened_for_sendfile_is_verified_first_and_refused_when_corrupt() {
     std::fs::write(&data, &bytes).unwrap();
     let d = open(config(&dir, 4 << 20));
     assert!(
-        d.open_body("http://example.com/2", 0).is_none(),
+        d.open_body("http://example.com/2", 0, None).is_none(),
         "never sent"
     );
     assert_eq!(d.stats().corrupt, 1);
-    assert!(d.open_body("http://example.com/1", 0).is_some());
+    assert!(d.open_body("http://example.com/1", 0, None).is_some());
 }
 
 #[test]
@@ -647,7 +647,9 @@ fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
     });
     d.write(&big(1, 100_000));
     d.flush();
-    let found = d.open_body("http://example.com/1", 0).expect("on disk");
+    let found = d
+        .open_body("http://example.com/1", 0, None)
+        .expect("on disk");
     assert!(found.body.intact());
     // Four regions of 256 KiB: write enough to reclaim the first.
     for i in 10..30 {
@@ -657,7 +659,7 @@ fn a_reclaimed_region_leaves_a_body_opened_for_sendfile_not_intact() {
     assert!(d.stats().regions_reclaimed > 0);
     assert!(!found.body.intact(), "its region was reclaimed");
     assert!(found.body.read(0, 100).is_err());
-    assert!(d.open_body("http://example.com/1", 0).is_none());
+    assert!(d.open_body("http://example.com/1", 0, None).is_none());
 }
 
 /// Polls `cond` until it holds, for at most 10 s.
@@ -682,7 +684,9 @@ fn a_pinned_region_is_not_punched_until_its_pin_is_dropped() {
     let want = big(1, 100_000).body.complete_bytes().unwrap();
     d.write(&big(1, 100_000));
     d.flush();
-    let found = d.open_body("http://example.com/1", 0).expect("on disk");
+    let found = d
+        .open_body("http://example.com/1", 0, None)
+        .expect("on disk");
     let read_file = || {
         let (fd, at) = found.body.file();
         let mut b = vec![0u8; 100_000];
@@ -709,5 +713,5 @@ fn a_pinned_region_is_not_punched_until_its_pin_is_dropped() {
     assert!(eventually(|| d.stats().regions_reclaimed > 0));
     d.flush();
     assert!(read_file() != want, "punched and rewritten once unpinned");
-    assert!(d.open_body("http://example.com/1", 0).is_none());
+    assert!(d.open_body("http://example.com/1", 0, None).is_none());
 }

@@ -51,4 +51,4 @@ pub use marks::{Mark, TierMarks};
 pub use memory::{MemoryStore, StoreStats};
 pub use object::{Object, ObjectHead, Prepared};
 pub use storage::{Admission, AdmitAll, EvictionHook, Refused, Removal, Storage};
-pub use tier::{FileBody, FileHit, FileOpen, Fill, Lower, LowerProgress, LowerStats, Probe};
+pub use tier::{FileBody, FileHit, FileOpen, Fill, Lower, LowerProgress, LowerStats, Note, Probe};

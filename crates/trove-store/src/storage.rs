@@ -114,6 +114,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         let _ = key;
         Probe::Upper
     }
+
+    /// [`Storage::probe`], calling `note` at the instant it looks at a lower tier's index,
+    /// with the tier's writer kept between two steps meanwhile (see [`crate::tier::Note`]).
+    fn probe_noting(&self, key: &str, note: &mut dyn FnMut()) -> Probe {
+        note();
+        self.probe(key)
+    }
     /// Every stored variant of `key`, metadata first; empty on a miss. Not a use.
     fn lookup(&self, key: &str) -> Vec<Arc<Object>>;
     /// [`Storage::lookup`] appended to `out`, so a caller that looks up on every request

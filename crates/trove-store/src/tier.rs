@@ -44,20 +44,27 @@ impl std::fmt::Debug for Probe {
     }
 }
 
+/// Called by a lower tier at the instant a read looks at its index, with its writer kept
+/// between two steps meanwhile: where a replayable trace notes the writer's place
+/// ([`crate::Storage::lower_progress`]), so the place it notes and what the read found
+/// are of one moment. `None` notes nothing (and takes no lock).
+pub type Note<'a> = Option<&'a mut dyn FnMut()>;
+
 /// A key a lower tier may hold (see the module docs). Calls other than
-/// [`Lower::open_file_now`] may block on I/O: run them where blocking is allowed.
+/// [`Lower::open_file_now`] may block on I/O: run them where blocking is allowed. Each
+/// calls its [`Note`], if given, as it looks the key up.
 pub trait Lower: Send + 'static {
     /// The key's unvaried object, when its body of at least `min` bytes can be sent from a
     /// file ([`FileBody`]), without blocking: [`FileOpen::WouldBlock`] when finding out
     /// would wait for the disk (then call [`Lower::open_file`] where blocking is allowed).
-    fn open_file_now(&self, min: u64) -> FileOpen;
+    fn open_file_now(&self, min: u64, note: Note<'_>) -> FileOpen;
     /// [`Lower::open_file_now`], reading (and verifying) what it must. Blocking.
-    fn open_file(&self, min: u64) -> Option<FileHit>;
+    fn open_file(&self, min: u64, note: Note<'_>) -> Option<FileHit>;
     /// Promotes the key's variants into the upper tier, verified, so a lookup now finds
     /// them. Blocking. A large body is inserted at once and filled by the returned
     /// [`Fill`]s (clients follow it as it arrives, as they follow any body being stored);
     /// run each where blocking is allowed, and don't wait for them to answer a request.
-    fn load(&self) -> Vec<Fill>;
+    fn load(&self, note: Note<'_>) -> Vec<Fill>;
 }
 
 /// What [`Lower::open_file_now`] found.

@@ -151,7 +151,7 @@ impl Engine {
                     let hit = match (*file_min, &lower) {
                         (Some(min), Some(l)) => {
                             origin.before_lower();
-                            l.open_file(min)
+                            l.open_file(min, None)
                         }
                         _ => None,
                     };
@@ -162,7 +162,7 @@ impl Engine {
                     if lower.is_some() {
                         origin.before_lower();
                     }
-                    for fill in lower.take().map(|l| l.load()).unwrap_or_default() {
+                    for fill in lower.take().map(|l| l.load(None)).unwrap_or_default() {
                         fill.run();
                     }
                     env.now = origin.after_lower().unwrap_or(env.now);

@@ -344,12 +344,18 @@ async fn run<B: ClientBody>(
                 Event::Allowed
             }
             Command::Lookup => {
-                // Where the lower tier's writer is, for the replayable trace (when on).
-                if shared.trace.enabled() {
-                    crate::trace::note_lower(|| store.lower_progress());
+                // Where the lower tier's writer is, for the replayable trace (when on):
+                // noted as the probe looks at the tier's index, between two of its
+                // writer's steps.
+                let probe = if shared.trace.enabled() {
                     crate::trace::note_memory(|| store.stats());
-                }
-                match store.probe(cx.key()) {
+                    store.probe_noting(cx.key(), &mut || {
+                        crate::trace::note_lower(|| store.lower_progress())
+                    })
+                } else {
+                    store.probe(cx.key())
+                };
+                match probe {
                     // Not in memory, but a lower tier may hold it: the flow says what to
                     // open.
                     Probe::Lower(l) => {

@@ -35,10 +35,17 @@ pub(super) async fn open_file(
     };
     let traced = cx.shared.trace.enabled();
     let store = Arc::clone(&cx.shared.store);
+    // Where the writer was when the disk was read, here or on the blocking pool: noted as
+    // the read looks at the tier's index (between two of the writer's steps), or before
+    // it when the read never got that far.
     let progress = move || traced.then(|| store.lower_progress()).flatten();
-    // Where the writer was when the disk was read: here, or on the blocking pool.
-    let now = progress();
-    let (lower, found) = match lower.open_file_now(min) {
+    let mut now = None;
+    let opened = {
+        let mut note = || now = progress();
+        lower.open_file_now(min, traced.then_some(&mut note as &mut dyn FnMut()))
+    };
+    let now = now.or_else(&progress);
+    let (lower, found) = match opened {
         FileOpen::Found(found) => {
             crate::trace::note_lower_read(now);
             (Some(lower), Some(*found))
@@ -49,9 +56,12 @@ pub(super) async fn open_file(
         }
         FileOpen::WouldBlock => {
             let opened = tokio::task::spawn_blocking(move || {
-                let at = progress();
-                let found = lower.open_file(min);
-                (lower, found, at)
+                let mut at = None;
+                let found = {
+                    let mut note = || at = progress();
+                    lower.open_file(min, traced.then_some(&mut note as &mut dyn FnMut()))
+                };
+                (lower, found, at.or_else(&progress))
             })
             .await;
             match opened {
@@ -78,8 +88,14 @@ pub(super) async fn promote(cx: &Ctx<'_>, lower: Option<Box<dyn Lower>>) {
     let traced = cx.shared.trace.enabled();
     let store = Arc::clone(&cx.shared.store);
     let loaded = tokio::task::spawn_blocking(move || {
-        let at = traced.then(|| store.lower_progress()).flatten();
-        (lower.load(), at)
+        // Noted as the load looks at the tier's index (see `open_file`).
+        let progress = || traced.then(|| store.lower_progress()).flatten();
+        let mut at = None;
+        let fills = {
+            let mut note = || at = progress();
+            lower.load(traced.then_some(&mut note as &mut dyn FnMut()))
+        };
+        (fills, at.or_else(progress))
     })
     .await;
     let Ok((fills, at)) = loaded else {
