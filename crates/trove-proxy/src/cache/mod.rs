@@ -18,21 +18,22 @@ mod deliver;
 mod detach;
 mod fetch;
 pub(crate) mod headers;
+mod labels;
+mod owner;
 mod purge;
 mod range;
 pub mod target;
 mod tier;
 mod upload;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header;
 use http::{HeaderMap, Method, StatusCode};
 use trove_cache::decide::BodyState;
-use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard, Labeler};
+use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard};
 use trove_cache::{partial, Conditionals, Outcome, Request, Tier, CACHE_STATUS};
-use trove_store::{FileBody, Labels, Lower, Object, Probe};
+use trove_store::{FileBody, Lower, Object, Probe};
 
 use crate::client::body::{ClientBody, NoBody};
 use crate::client::head::RequestHead;
@@ -48,6 +49,7 @@ use collapse::{Collapsed, Leader, Role};
 use detach::{bodyless_get, detach};
 use fetch::{Outgoing, Retry};
 use headers::Client;
+use labels::OriginLabels;
 pub use purge::purge_fields;
 use target::Target;
 
@@ -120,84 +122,6 @@ impl Ctx<'_> {
         )
         .await
     }
-
-    /// The request asked of the key's owner, marked with this node's id so that the owner
-    /// never forwards it again ([`trove_cluster::PEER_HEADER`]).
-    async fn ask_owner(&self, owner: &trove_cluster::Node) -> Result<OriginResponse, Failed> {
-        let metrics = &self.shared.metrics;
-        metrics
-            .cluster_owner_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let me = self
-            .shared
-            .cluster
-            .as_ref()
-            .map_or("", |c| c.me().id.as_str());
-        let target = Target {
-            url: self.target.url.clone(),
-            upstreams: crate::upstream::Upstreams::one(crate::upstream::Upstream {
-                host: owner.addr.ip().to_string(),
-                port: owner.addr.port(),
-                tls: None,
-            }),
-        };
-        let mut mark = HeaderMap::new();
-        if let Ok(v) = http::HeaderValue::from_str(me) {
-            mark.insert(trove_cluster::PEER_HEADER, v);
-        }
-        let asked = fetch::send(
-            self.shared,
-            Outgoing {
-                req: self.req,
-                target: &target,
-                mode: self.mode,
-                client: self.client,
-                reach: &self.reach,
-                conditionals: Conditionals::Keep,
-                extra: Some(&mark),
-                body: OriginRequestBody::empty(),
-                retry: Retry::Allowed,
-                interim: self.interim.map(InterimSlot::queue),
-                absolute_form: true,
-            },
-        )
-        .await;
-        match &asked {
-            Ok(_) => owner.health.succeeded(),
-            Err(f) => {
-                owner.health.failed();
-                metrics
-                    .cluster_owner_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(owner = %owner.id, error = %f.error, "cluster owner failed: served here");
-            }
-        }
-        asked
-    }
-}
-
-/// The labels of a response about to be stored: the tags its origin gave (the tag fields
-/// removed from `headers` when `[tags] strip` says so), its named cache, and `born`.
-fn origin_labels(
-    shared: &Shared,
-    target: &Target,
-    headers: &mut HeaderMap,
-    born: u64,
-) -> (Labels, Vec<String>) {
-    let tags = crate::manage::origin_tags(&shared.settings.tags, headers);
-    if tags.dropped > 0 {
-        shared
-            .metrics
-            .tags_dropped
-            .fetch_add(tags.dropped as u64, Ordering::Relaxed);
-        tracing::info!(
-            url = target.key(),
-            dropped = tags.dropped,
-            "tags past [tags] max_length or max_per_object dropped"
-        );
-    }
-    let labels = crate::manage::labels(shared, &target.url, &tags.tags, None, born);
-    (labels, tags.tags)
 }
 
 /// Handles one request, whose target was resolved ([`target::resolve`]), and returns the
@@ -252,18 +176,6 @@ pub async fn handle<B: ClientBody>(
         flow = flow.bypassed();
     }
     run(&mut cx, &mut flow, Some(body)).await
-}
-
-/// Labels a response about to be stored ([`origin_labels`]).
-struct OriginLabels<'a> {
-    shared: &'a Shared,
-    target: &'a Target,
-}
-
-impl Labeler for OriginLabels<'_> {
-    fn label(&self, headers: &mut HeaderMap, born: u64) -> (Labels, Vec<String>) {
-        origin_labels(self.shared, self.target, headers, born)
-    }
 }
 
 /// Carries out `flow`'s commands until it ends, and returns the reply. `body` is the
