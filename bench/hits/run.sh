@@ -13,7 +13,7 @@
 #                seventh, nginx's compiled-in defaults). The two ceilings,
 #                `origin` (nginx serving the file straight) and `ceiling` (trove-ceiling), are always
 #                measured first in every round.
-#   SIZES        object sizes (default "1k 100k")
+#   SIZES        object sizes (default "1k 100k"; also 1m)
 #   ROUNDS       interleaved rounds (default 3; MEASURING.md asks for at least 3)
 #   DURATION     wrk -d per window (default 10s)
 #   CONNS        wrk -c (default 50)            WRK_THREADS  wrk -t (default 1)
@@ -63,6 +63,7 @@ CEILING_BIN=${CEILING_BIN:-$CARGO_TARGET/release/trove-ceiling}
 ORIGIN_PORT=18080
 CEILING_PORT_1k=18091
 CEILING_PORT_100k=18092
+CEILING_PORT_1m=18093
 
 declare -A PGIDS=()      # target -> space-separated process-group ids it runs as
 declare -A SKIPPED=()    # target -> why it was not measured
@@ -174,7 +175,7 @@ render() { # template out [sed expressions...]
 port_of() {
     case $1 in
         origin) echo $ORIGIN_PORT ;;
-        ceiling) if [[ $2 == 1k ]]; then echo $CEILING_PORT_1k; else echo $CEILING_PORT_100k; fi ;;
+        ceiling) case $2 in 1k) echo $CEILING_PORT_1k ;; 1m) echo $CEILING_PORT_1m ;; *) echo $CEILING_PORT_100k ;; esac ;;
         nginx) echo 18081 ;;
         varnish) echo 18082 ;;
         squid) echo 18083 ;;
@@ -187,7 +188,7 @@ port_of() {
     esac
 }
 
-bytes_of() { case $1 in 1k) echo 1024 ;; 100k) echo 102400 ;; *) die "unknown size $1 (use 1k, 100k)" ;; esac; }
+bytes_of() { case $1 in 1k) echo 1024 ;; 100k) echo 102400 ;; 1m) echo 1048576 ;; *) die "unknown size $1 (use 1k, 100k, 1m)" ;; esac; }
 
 start_origin() {
     local dir=$RUN/origin
