@@ -429,6 +429,7 @@ impl Shared {
         Rules {
             policy: self.policy(mode),
             cookies: &self.settings.cache.cookies,
+            wire: true,
         }
     }
 
