@@ -21,6 +21,13 @@ use crate::status::{CacheStatus, Detail, Fwd};
 pub struct Rules<'a> {
     pub policy: &'a Policy,
     pub cookies: &'a CookiePolicy,
+    /// Whether the driver puts heads on a wire: sends them on (`trove serve`) or writes
+    /// them to a lower tier. One that never does (`trove sim` over memory alone) saves, on
+    /// every store, encoding the head's wire form ([`trove_store::Prepared::wire`], left
+    /// empty) and copying the origin's fields (moved into the object; a forwarded answer
+    /// then carries none). Nothing decided depends on it: an object is charged by its
+    /// fields, never by its wire form.
+    pub wire: bool,
 }
 
 /// Where a request enters the state machine, decided from its method alone.

@@ -22,16 +22,16 @@ fn set_per_hit(name: &header::HeaderName) -> bool {
 
 /// Fills `head.prepared`. Called whenever a head is stored or updated.
 pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
-    let mut wire = BytesMut::with_capacity(head.headers.len() * 40);
-    for (name, value) in &head.headers {
-        if set_per_hit(name) {
-            continue;
-        }
-        wire.put_slice(name.as_str().as_bytes());
-        wire.put_slice(b": ");
-        wire.put_slice(value.as_bytes());
-        wire.put_slice(b"\r\n");
-    }
+    prepare_head(policy, head, true)
+}
+
+/// [`prepare`], with the wire form left empty unless `wire` (see [`crate::Rules::wire`]).
+pub fn prepare_head(policy: &Policy, head: &mut ObjectHead, wire: bool) {
+    let wire = if wire {
+        wire_form(head)
+    } else {
+        bytes::Bytes::new()
+    };
     let initial_age = current_age(
         &head.headers,
         head.request_time,
@@ -49,11 +49,26 @@ pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
     let fresh_until =
         (age_only && lifetime > initial_age).then(|| head.response_time + (lifetime - initial_age));
     head.prepared = Prepared {
-        wire: wire.freeze(),
+        wire,
         fresh_until,
         initial_age,
         policy_id: policy_id(policy),
     };
+}
+
+/// The header fields as HTTP/1.1 wire lines, without those a hit sets itself.
+fn wire_form(head: &ObjectHead) -> bytes::Bytes {
+    let mut wire = BytesMut::with_capacity(head.headers.len() * 40);
+    for (name, value) in &head.headers {
+        if set_per_hit(name) {
+            continue;
+        }
+        wire.put_slice(name.as_str().as_bytes());
+        wire.put_slice(b": ");
+        wire.put_slice(value.as_bytes());
+        wire.put_slice(b"\r\n");
+    }
+    wire.freeze()
 }
 
 /// Fresh by the fast path at `now`, if it applies under `policy`.

@@ -114,6 +114,29 @@ pub fn after_fetch(
     fetch_fwd: Fwd,
     max_object: u64,
 ) -> OnResponse {
+    match judge_fetch(req, resp, rules, fetch_fwd, max_object) {
+        Ok(storable) => to_store(req, key, resp, resp.headers.clone(), rules, storable),
+        Err(pass) => pass,
+    }
+}
+
+/// A response [`judge_fetch`] found storable, and what its cookies come to.
+#[derive(Debug)]
+pub struct Storable {
+    base: CacheStatus,
+    /// `Set-Cookie` values kept out of the store, for the fetching client only.
+    strip: Option<Vec<HeaderValue>>,
+}
+
+/// The Store-or-pass step's judgement of a response to `fetch`: storable, or the pass.
+/// [`to_store`] then builds the object ([`after_fetch`] is the two).
+pub fn judge_fetch(
+    req: Request<'_>,
+    resp: &ResponseHead<'_>,
+    rules: Rules<'_>,
+    fetch_fwd: Fwd,
+    max_object: u64,
+) -> Result<Storable, OnResponse> {
     let base = CacheStatus::forward(fetch_fwd).with_fwd_status(resp.status.as_u16());
     if let Err(detail) = may_store(req, resp, rules, max_object) {
         // A 304 or 206 answering the client's own conditional or range says nothing about
@@ -125,21 +148,39 @@ pub fn after_fetch(
                 detail,
                 Detail::NotStorable(NotStorable::RequestNoStore) | Detail::RequestCookie
             );
-        return OnResponse::Pass {
+        return Err(OnResponse::Pass {
             status: base.with_detail(detail),
             remember,
-        };
+        });
     }
-    let mut headers = resp.headers.clone();
-    let leader_fields = match rules.cookies.on_store(&headers) {
-        StoreCookies::AsIs => HeaderMap::new(),
+    let strip = match rules.cookies.on_store(resp.headers) {
+        StoreCookies::AsIs => None,
         StoreCookies::Refuse => {
-            return OnResponse::Pass {
+            return Err(OnResponse::Pass {
                 status: base.with_detail(Detail::SetCookie),
                 remember: true,
-            }
+            })
         }
-        StoreCookies::Strip(values) => {
+        StoreCookies::Strip(values) => Some(values),
+    };
+    Ok(Storable { base, strip })
+}
+
+/// The object to store for a response [`judge_fetch`] found storable: `headers` are its
+/// fields (`resp`'s, or `resp`'s taken by a caller that needs them no more; `resp.headers`
+/// is not read).
+pub fn to_store(
+    req: Request<'_>,
+    key: &str,
+    resp: &ResponseHead<'_>,
+    mut headers: HeaderMap,
+    rules: Rules<'_>,
+    storable: Storable,
+) -> OnResponse {
+    let Storable { base, strip } = storable;
+    let leader_fields = match strip {
+        None => HeaderMap::new(),
+        Some(values) => {
             headers.remove(header::SET_COOKIE);
             let mut leader = HeaderMap::new();
             for v in values {
@@ -176,7 +217,7 @@ pub fn after_fetch(
         prepared: Default::default(),
         labels: Default::default(),
     };
-    prepare::prepare(rules.policy, &mut head);
+    prepare::prepare_head(rules.policy, &mut head, rules.wire);
     OnResponse::Store {
         object: Box::new(Object::new(
             key.to_string(),
@@ -286,7 +327,7 @@ pub fn freshened_head(obj: &Object, resp: &ResponseHead<'_>, rules: Rules<'_>) -
     head.headers = merged;
     head.request_time = resp.request_time;
     head.response_time = resp.response_time;
-    prepare::prepare(rules.policy, &mut head);
+    prepare::prepare_head(rules.policy, &mut head, rules.wire);
     head
 }
 

@@ -144,6 +144,7 @@ fn only_if_cached_comes_before_a_cookie_bypass() {
     let rules = Rules {
         policy: &policy,
         cookies: &cookies,
+        wire: true,
     };
     let headers = h(&[("cookie", "s=1"), ("cache-control", "only-if-cached")]);
     let req = Request::new(&Method::GET, &headers);
@@ -161,6 +162,7 @@ fn a_partial_larger_than_the_limit_is_not_stored() {
     let rules = Rules {
         policy: &policy,
         cookies: &cookies,
+        wire: true,
     };
     let resp = h(&[
         ("cache-control", "max-age=60"),
@@ -229,4 +231,58 @@ fn a_shed_request_is_a_503_of_its_own_outcome() {
     let s = engine.handle(&Method::GET, key, &h(&[]), later, &mut Failing(shed));
     assert_eq!(s.status, StatusCode::OK);
     assert_eq!(s.outcome, Outcome::RefreshFailOld);
+}
+
+/// A driver that puts no head on a wire (`Engine::wire` off, as the simulator over memory
+/// alone) is served and charged exactly as one that does, under eviction, `Set-Cookie`
+/// stripping, `Vary`, passes and revalidation: only the wire form is left empty and the
+/// answer's fields moved rather than copied.
+#[test]
+fn a_driver_without_a_wire_decides_as_one_with() {
+    let answers = || {
+        let mut v = Vec::new();
+        for i in 0..40u32 {
+            let fields = match i % 5 {
+                0 => h(&[("cache-control", "max-age=60"), ("etag", "\"a\"")]),
+                1 => h(&[("cache-control", "max-age=60"), ("set-cookie", "s=1")]),
+                2 => h(&[("cache-control", "max-age=60"), ("vary", "accept")]),
+                3 => h(&[("cache-control", "no-store")]),
+                _ => h(&[("cache-control", "max-age=0"), ("etag", "\"b\"")]),
+            };
+            v.push((200, fields, "0123456789abcdef0123456789abcdef"));
+        }
+        v
+    };
+    let run = |wire: bool| {
+        // Small enough that objects are evicted.
+        let store = Arc::new(MemoryStore::new(4 << 10, 4, 1 << 20, EvictionKind::Lru));
+        let mut engine = Engine::new(store.clone(), Policy::default(), CookiePolicy::default());
+        engine.wire = wire;
+        let mut origin = Script(answers());
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut out = Vec::new();
+        for i in 0..120u64 {
+            let key = format!("http://o.test/{}", i % 13);
+            let now = t0 + Duration::from_secs(i);
+            let s = engine.handle(&Method::GET, &key, &HeaderMap::new(), now, &mut origin);
+            let stored: Vec<_> = store
+                .lookup(&key)
+                .iter()
+                .map(|o| (o.charge(), o.head.prepared.wire.is_empty()))
+                .collect();
+            out.push((s, stored));
+        }
+        (out, store.stats().bytes, store.stats().evictions)
+    };
+    let (with, without) = (run(true), run(false));
+    assert!(with.2 > 0, "the test should evict");
+    assert_eq!(with.1, without.1);
+    assert_eq!(with.2, without.2);
+    for (i, ((a, sa), (b, sb))) in with.0.iter().zip(&without.0).enumerate() {
+        assert_eq!(a, b, "request {i}");
+        let charges = |s: &Vec<(u64, bool)>| s.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(charges(sa), charges(sb), "request {i}");
+        assert!(sa.iter().all(|x| !x.1), "with a wire: a wire form");
+        assert!(sb.iter().all(|x| x.1), "without: none");
+    }
 }

@@ -220,6 +220,7 @@ fn run(
         rules: Rules {
             policy: &policy,
             cookies: &cookies,
+            wire: true,
         },
         store: &*store,
         now,

@@ -433,6 +433,7 @@ impl Shared {
         Rules {
             policy: self.policy(mode),
             cookies: &self.settings.cache.cookies,
+            wire: true,
         }
     }
 

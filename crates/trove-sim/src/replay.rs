@@ -86,6 +86,9 @@ pub(crate) fn engine_for(cfg: &Config, held: bool) -> anyhow::Result<(Engine, Op
     };
     let mut engine = Engine::new(store, cfg.heuristic.clone(), cfg.cookies.clone());
     engine.via = HeaderValue::from_static(VIA);
+    // Nothing is sent, and a memory tier alone never writes a head out: no wire form
+    // (a disk tier writes it with each object's head).
+    engine.wire = cfg.disk.is_some();
     if let Some(model) = &cfg.disk {
         engine.file_min = Some(model.sendfile_min);
         engine.real_bodies = true;

@@ -54,6 +54,9 @@ pub struct Engine {
     /// Stores bodies as bytes (zeros) rather than lengths only: a lower tier writes what it
     /// is given, so a size-only body would reach it empty.
     pub real_bodies: bool,
+    /// Gives stored heads their wire form ([`Rules::wire`]): true by default; a driver
+    /// that never sends a stored head nor writes one to a lower tier may turn it off.
+    pub wire: bool,
     /// The list a lookup copies a key's variants into, kept so a request allocates none.
     variants: Vec<Arc<Object>>,
 }
@@ -68,6 +71,7 @@ impl Engine {
             memo: PassMemo::default(),
             file_min: None,
             real_bodies: false,
+            wire: true,
             variants: Vec::new(),
         }
     }
@@ -110,12 +114,17 @@ impl Engine {
             memo,
             file_min,
             real_bodies,
+            wire,
             variants,
         } = self;
         let real = *real_bodies;
         let store = &**store;
         let mut env = Env {
-            rules: Rules { policy, cookies },
+            rules: Rules {
+                policy,
+                cookies,
+                wire: *wire,
+            },
             store,
             now,
             via,

@@ -942,7 +942,29 @@ impl<'r> Flow<'r> {
             }
         }
         let max = env.store.max_object();
-        let verdict = respond::after_fetch(self.req, self.key, &head, env.rules, fwd, max);
+        let verdict = match respond::judge_fetch(self.req, &head, env.rules, fwd, max) {
+            Err(pass) => pass,
+            Ok(storable) => {
+                // Not read by `to_store` (an empty map allocates nothing).
+                let none = HeaderMap::new();
+                let received = ResponseHead {
+                    headers: &none,
+                    ..head
+                };
+                let Some(held) = self.held.as_mut() else {
+                    return self.internal();
+                };
+                // A driver that puts no head on a wire ([`crate::Rules::wire`]: the
+                // simulator) has the answer's fields moved into the object rather than
+                // copied: nothing sends them on, even if the store refuses it.
+                let fields = if env.rules.wire {
+                    held.headers.clone()
+                } else {
+                    std::mem::take(&mut held.headers)
+                };
+                respond::to_store(self.req, self.key, &received, fields, env.rules, storable)
+            }
+        };
         self.carry_out(verdict, leader, outcome);
     }
 
