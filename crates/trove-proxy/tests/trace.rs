@@ -14,7 +14,7 @@ use serde_json::Value;
 async fn records(path: &std::path::Path, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = kit::read_complete_lines(path);
         let all: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).expect("each line is JSON"))

@@ -559,7 +559,7 @@ fn a_failing_upstream_is_named_everywhere_an_operator_looks() {
     );
     assert!(metrics.contains(&want), "{want} not in:\n{metrics}");
     let deadline = Instant::now() + Duration::from_secs(5);
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let read = || common::read_lines(&log);
     while read().lines().count() < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
