@@ -118,11 +118,14 @@ pub async fn probe_loop(cluster: Weak<Cluster>, interval: Duration, timeout: Dur
                 let reached =
                     tokio::time::timeout(timeout, tokio::net::TcpStream::connect(peer.addr)).await;
                 match reached {
-                    Ok(Ok(_)) => {
+                    Ok(Ok(stream)) => {
                         if !peer.health.is_up() {
                             tracing::info!(peer = %peer.id, addr = %peer.addr, "cluster peer is up");
                         }
                         peer.health.succeeded();
+                        // Closed once the success is recorded: a peer (or a test) that sees
+                        // the probe's connection end knows it counted.
+                        drop(stream);
                     }
                     _ => {
                         let was = peer.health.is_up();

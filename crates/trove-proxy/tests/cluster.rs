@@ -385,14 +385,18 @@ async fn a_peer_answering_garbage_or_nothing_is_failed_over() {
         // bytes that are no HTTP, or nothing for longer than the test lasts.
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let fake = l.local_addr().unwrap();
-        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = accepted.clone();
+        // Connections that ended without a request: the probes'.
+        let probes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = probes.clone();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let counter = counter.clone();
                 tokio::spawn(async move {
                     let mut buf = [0u8; 4096];
-                    let _ = s.read(&mut buf).await;
+                    if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
                     if garbage {
                         let _ = s.write_all(b"\x00\x7fNOT HTTP AT ALL\r\n\r\n").await;
                         let _ = s.shutdown().await;
@@ -412,15 +416,18 @@ async fn a_peer_answering_garbage_or_nothing_is_failed_over() {
         c.probe_interval = Duration::from_secs(3600);
         s.cluster = Some(c);
         t.running.reload(s).unwrap();
-        // The probe loop probes once at once: wait for that probe (a bare connection) and
-        // the moment after it in which it records the success, or a success recorded after
-        // the first request's failure would reset the count and take a third failure.
+        // The probe loop probes once at once: wait until that probe has recorded its
+        // success, or a success recorded after the first request's failure would reset the
+        // count and take a third failure. The probe closes its connection only after it
+        // has recorded the success (`health::probe_loop` drops the stream at the end of
+        // the peer's turn), so its close is the sign. (A fixed pause after the accept was
+        // not: on a loaded host the prober could still be between its connect and the
+        // record.)
         let waited = tokio::time::Instant::now();
-        while accepted.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        while probes.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             assert!(waited.elapsed() < Duration::from_secs(10), "no probe came");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let nodes = [
             trove_cluster::PeerSpec {
                 id: "me".into(),
