@@ -166,10 +166,11 @@ mod tests {
     #[tokio::test]
     async fn probes_mark_a_closed_port_down_and_an_open_one_up() {
         let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let closed = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap()
-        };
+        // Bound, never listening, and held: connections are refused, and no other socket
+        // can take the port meanwhile (as one could a port bound and released).
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let closed = held.local_addr().unwrap();
         let nodes = vec![
             PeerSpec {
                 id: "me".into(),

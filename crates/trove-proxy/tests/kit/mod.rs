@@ -791,6 +791,16 @@ impl Client {
     }
 }
 
+/// An address on 127.0.0.1 that refuses connections, for as long as the socket returned
+/// is kept: bound and never listening. (A port bound and released is free for any socket
+/// to take meanwhile, another test's listener among them.)
+pub fn refusing_addr() -> (tokio::net::TcpSocket, SocketAddr) {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = s.local_addr().unwrap();
+    (s, addr)
+}
+
 /// One GET on a new connection.
 pub async fn get(trove: &Trove, url: &str, extra: &[(&str, &str)]) -> Response {
     trove.client().await.get(url, extra).await
