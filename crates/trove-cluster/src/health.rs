@@ -118,11 +118,14 @@ pub async fn probe_loop(cluster: Weak<Cluster>, interval: Duration, timeout: Dur
                 let reached =
                     tokio::time::timeout(timeout, tokio::net::TcpStream::connect(peer.addr)).await;
                 match reached {
-                    Ok(Ok(_)) => {
+                    Ok(Ok(stream)) => {
                         if !peer.health.is_up() {
                             tracing::info!(peer = %peer.id, addr = %peer.addr, "cluster peer is up");
                         }
                         peer.health.succeeded();
+                        // Closed once the success is recorded: a peer (or a test) that sees
+                        // the probe's connection end knows it counted.
+                        drop(stream);
                     }
                     _ => {
                         let was = peer.health.is_up();
@@ -163,10 +166,11 @@ mod tests {
     #[tokio::test]
     async fn probes_mark_a_closed_port_down_and_an_open_one_up() {
         let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let closed = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap()
-        };
+        // Bound, never listening, and held: connections are refused, and no other socket
+        // can take the port meanwhile (as one could a port bound and released).
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let closed = held.local_addr().unwrap();
         let nodes = vec![
             PeerSpec {
                 id: "me".into(),

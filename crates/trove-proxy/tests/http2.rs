@@ -343,7 +343,12 @@ async fn a_stop_sends_goaway_and_lets_streams_finish() {
     let ended = tokio::spawn(conn);
     let c = client.clone();
     let in_flight = tokio::spawn(async move { send(&c, "GET", "http://site.test/s", None).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The stream is in flight once its request reached the origin (a fixed pause could end
+    // before trove took the stream, and the stop then refused it: no stream to finish).
+    assert!(
+        kit::eventually(|| origin.hits() == 1).await,
+        "the request reached the origin"
+    );
     let open = trove.running.stop(Duration::from_secs(5)).await;
     assert_eq!(open, 0);
     let got = in_flight.await.unwrap().unwrap();

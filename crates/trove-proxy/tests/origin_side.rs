@@ -84,10 +84,8 @@ async fn per_origin_connection_limit_is_kept() {
 
 #[tokio::test]
 async fn refused_connection_gives_502() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }; // closed again: nothing listens there
+    let (_held, refusing) = kit::refusing_addr();
+    let port = refusing.port();
     let trove = Trove::forward(|_| {}).await;
     let r = kit::get(&trove, &format!("http://127.0.0.1:{port}/"), &[]).await;
     assert_eq!(r.status, 502);
@@ -180,10 +178,7 @@ async fn silent_origin_mid_body_is_cut_off_after_the_body_timeout() {
 
 #[tokio::test]
 async fn upstreams_fail_over_on_connect_errors() {
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let (_held, dead) = kit::refusing_addr();
     let origin = Origin::start(|_, _| respond(200, &[], b"alive")).await;
     let trove = Trove::reverse(&origin, |s| {
         s.origins[0].upstreams = vec![format!("http://{dead}"), format!("http://{}", origin.addr)];

@@ -14,7 +14,7 @@ use serde_json::Value;
 async fn records(path: &std::path::Path, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = kit::read_complete_lines(path);
         let all: Vec<Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).expect("each line is JSON"))
@@ -45,14 +45,17 @@ async fn a_miss_a_hit_a_304_a_revalidation_and_a_purge_are_traced() {
         if req.header("if-none-match") == Some("\"v1\"") {
             return respond(
                 304,
-                &[("etag", "\"v1\""), ("cache-control", "max-age=1")],
+                &[("etag", "\"v1\""), ("cache-control", "max-age=2")],
                 b"",
             );
         }
         respond(
             200,
             &[
-                ("cache-control", "max-age=1"),
+                // Fresh for 1 to 2 s: the Date trove adds is in whole seconds, so a
+                // response that came at 0.99 s past a second was 0.99 s old on arrival, and
+                // with max-age=1 stale 10 ms later (the hit below was a revalidation).
+                ("cache-control", "max-age=2"),
                 ("etag", "\"v1\""),
                 ("set-cookie", "secret=hunter2"),
             ],
@@ -73,7 +76,8 @@ async fn a_miss_a_hit_a_304_a_revalidation_and_a_purge_are_traced() {
         c.get(&url, &[("if-none-match", "\"v1\"")]).await.status,
         304
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Stale by now (2 s at most after its arrival).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(c.get(&url, &[]).await.status, 200);
     assert_eq!(c.request("PURGE", &url, &[]).await.status, 200);
     let call = trove_api::Invalidate {
@@ -123,7 +127,7 @@ async fn a_miss_a_hit_a_304_a_revalidation_and_a_purge_are_traced() {
     let answer = &miss["origin"][0];
     assert_eq!(answer["status"], 200);
     assert_eq!(answer["length"], 5);
-    assert_eq!(field(&answer["fields"], "cache-control"), Some("max-age=1"));
+    assert_eq!(field(&answer["fields"], "cache-control"), Some("max-age=2"));
     assert_eq!(field(&answer["fields"], "etag"), Some("\"v1\""));
     assert!(
         field(&answer["fields"], "date").is_some(),

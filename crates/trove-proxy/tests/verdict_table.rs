@@ -161,6 +161,7 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
             .map(|a| (a, None))
             .collect();
         script.lock().unwrap().answers.insert(path.clone(), answers);
+        let sent = SystemTime::now();
         let resp = trove
             .client()
             .await
@@ -170,9 +171,23 @@ async fn trove_serve_gives_every_verdict_in_the_table() {
         let want_asked: usize = case.asked.trim_end_matches('c').parse().unwrap();
         kit::eventually(|| seen(&path).len() - before >= want_asked).await;
         if case.result.starts_with("TCP_STALE_HIT") && want_asked > 0 {
-            // The origin has answered the background revalidation; give trove a moment to
-            // apply it before the next request looks.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            // The origin has answered the background revalidation: wait until trove has
+            // stored what it says (a head received after this request was sent) before the
+            // next request looks. (A fixed pause could end before a loaded host got there,
+            // and the next request found the stale response.)
+            let key = if case.reverse {
+                format!("http://test.local{path}")
+            } else {
+                url.clone()
+            };
+            let store = &trove.running.shared.store;
+            kit::eventually(|| {
+                store
+                    .lookup(&key)
+                    .iter()
+                    .any(|o| o.head.response_time >= sent)
+            })
+            .await;
         }
         let during: Vec<bool> = seen(&path)[before..].to_vec();
         let result = result_for(trove, &path, lines).await;

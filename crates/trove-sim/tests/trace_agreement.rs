@@ -367,7 +367,7 @@ async fn through_trove(n: u64, eviction: EvictionKind, disk: bool, seed: u64) ->
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
-        let text = std::fs::read_to_string(&trace_path).unwrap_or_default();
+        let text = kit::read_complete_lines(&trace_path);
         if records(&text) >= want || Instant::now() > deadline {
             break text;
         }
@@ -666,7 +666,7 @@ async fn race(prefix: bool) -> (Vec<String>, trove_sim::exact::ExactReport) {
     assert_eq!(c.get(&url, &[]).await.status, 200);
     let deadline = Instant::now() + Duration::from_secs(5);
     let trace = loop {
-        let t = std::fs::read_to_string(&trace_path).unwrap_or_default();
+        let t = kit::read_complete_lines(&trace_path);
         // Three requests and an invalidation (beside bodies' ends and sweeps).
         let exchanges = t
             .lines()

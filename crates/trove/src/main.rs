@@ -440,6 +440,11 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
     let mut settings = config.proxy_settings();
     settings.other_listeners.extend(admin_addr);
     let mut running = trove_proxy::start_with(settings, &tiers::DiskTier).await?;
+    // Signals are taken before anything says trove is up: `listening` is what scripts and
+    // supervisors wait for, and a SIGHUP (`trove reload`) or SIGUSR1 (`trove rotate`) sent
+    // right after it, before the handlers were installed, took the default action and
+    // killed trove. One that comes from here on waits for the loop below.
+    let mut signals = lifecycle::Signals::new()?;
     for (mode, addr) in &running.addrs {
         eprintln!("listening {} {addr}", mode.as_str());
     }
@@ -467,7 +472,6 @@ async fn serve_until_stopped(config: Config, path: Option<PathBuf>) -> anyhow::R
         );
         eprintln!("admin listening {bound}");
     }
-    let mut signals = lifecycle::Signals::new()?;
     // What trove started with: the restart-only keys in effect (see `lifecycle::describe`).
     let started = config.clone();
     let mut config = config;

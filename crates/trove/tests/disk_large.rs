@@ -818,8 +818,7 @@ fn flip_body_byte(disk: &Path, offset: usize) {
 /// The access log's lines for `/m/0`, waited for until there are `n`.
 fn log_lines(log: &Path, n: usize) -> Vec<String> {
     let read = || -> Vec<String> {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
+        common::read_lines(log)
             .lines()
             .filter(|l| l.contains("/m/0"))
             .map(str::to_string)

@@ -35,15 +35,13 @@ fn forward_proxy_fetch_twice_second_is_a_hit_in_the_access_log() {
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     assert!(second.ends_with("hello from the origin\n"), "{second}");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
-    assert!(wait_for(
-        Duration::from_secs(5),
-        || std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-            >= 2
-    ));
-    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || common::read_lines(
+        &log
+    )
+    .lines()
+    .count()
+        >= 2));
+    let text = common::read_lines(&log);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].contains(" TCP_MISS/200 "), "{}", lines[0]);
     assert!(lines[1].contains(" TCP_MEM_HIT/200 "), "{}", lines[1]);

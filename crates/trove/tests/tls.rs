@@ -56,13 +56,9 @@ fn curl_through_a_tls_listener_misses_then_hits() {
     assert!(second.ends_with("hello over https\n"));
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     assert!(common::wait_for(std::time::Duration::from_secs(5), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-            >= 2
+        common::read_lines(&log).lines().count() >= 2
     }));
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = common::read_lines(&log);
     assert!(
         text.lines().nth(1).unwrap().contains(" TCP_MEM_HIT/200 "),
         "{text}"

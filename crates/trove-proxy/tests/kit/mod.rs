@@ -581,7 +581,7 @@ impl Trove {
     pub async fn log_lines(&self, n: usize) -> Vec<String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+            let text = read_complete_lines(&self.log_path);
             let lines: Vec<String> = text.lines().map(str::to_string).collect();
             if lines.len() >= n || tokio::time::Instant::now() > deadline {
                 return lines;
@@ -791,9 +791,28 @@ impl Client {
     }
 }
 
+/// An address on 127.0.0.1 that refuses connections, for as long as the socket returned
+/// is kept: bound and never listening. (A port bound and released is free for any socket
+/// to take meanwhile, another test's listener among them.)
+pub fn refusing_addr() -> (tokio::net::TcpSocket, SocketAddr) {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = s.local_addr().unwrap();
+    (s, addr)
+}
+
 /// One GET on a new connection.
 pub async fn get(trove: &Trove, url: &str, extra: &[(&str, &str)]) -> Response {
     trove.client().await.get(url, extra).await
+}
+
+/// The whole lines of a file a writer appends to (`""` if it is not there yet): a read that
+/// overlaps a write that crosses a page can see a part of that write, so a last line
+/// without its newline is left for the next read, never taken as a line.
+pub fn read_complete_lines(path: &std::path::Path) -> String {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text
 }
 
 /// Polls `f` until it is true or 5 s pass.

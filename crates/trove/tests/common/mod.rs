@@ -294,6 +294,15 @@ pub fn request(addr: &str, raw: &str) -> String {
     out
 }
 
+/// The whole lines of a file trove appends to (`""` if it is not there yet): a read that
+/// overlaps a write that crosses a page can see a part of that write, so a last line
+/// without its newline is left for the next read, never taken as a line.
+pub fn read_lines(path: &Path) -> String {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text
+}
+
 /// Polls `f` every 20 ms until it holds or `limit` passes; one last try at the end.
 pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
