@@ -91,8 +91,10 @@ pub fn may_store(
         // Only single ranges of a known total length are kept (RFC 9111 §3.3).
         return Err(Detail::NotStorable(NotStorable::Status));
     }
-    let range_len = partial::stored_range(resp.headers)
-        .filter(|_| resp.status == StatusCode::PARTIAL_CONTENT)
+    // Only a 206's `Content-Range` is read (looked for on no other answer).
+    let range_len = (resp.status == StatusCode::PARTIAL_CONTENT)
+        .then(|| partial::stored_range(resp.headers))
+        .flatten()
         .map(|r| r.len());
     if resp
         .content_length
@@ -225,9 +227,12 @@ pub fn to_store(
         }
     }
     // A 206's length is that of its range, whatever the origin declares or omits.
-    let expected = match partial::stored_range(&headers) {
-        Some(r) if resp.status == StatusCode::PARTIAL_CONTENT => Some(r.len()),
-        _ => resp.content_length,
+    let range = (resp.status == StatusCode::PARTIAL_CONTENT)
+        .then(|| partial::stored_range(&headers))
+        .flatten();
+    let expected = match range {
+        Some(r) => Some(r.len()),
+        None => resp.content_length,
     };
     let mut head = ObjectHead {
         status: resp.status,

@@ -87,7 +87,10 @@ pub fn understands_status(status: StatusCode) -> bool {
 /// (`Cache-Control: no-store`, §5.2.1.5). It does not stop the proxy from
 /// answering from an already stored response.
 pub fn request_forbids_storing(req_headers: &HeaderMap) -> bool {
-    CacheControl::from_request(req_headers).no_store
+    // `Pragma`, the fallback `CacheControl::from_request` reads without `Cache-Control`,
+    // never says `no-store` (§5.4): only `Cache-Control` is read.
+    req_headers.contains_key(header::CACHE_CONTROL)
+        && CacheControl::from_headers(req_headers, &header::CACHE_CONTROL).no_store
 }
 
 /// Decides whether a response may be stored (RFC 9111 §3).
