@@ -7,8 +7,9 @@ use std::time::SystemTime;
 
 use bytes::{BufMut, BytesMut};
 use http::header;
-use trove_http::freshness::{current_age, freshness_lifetime_received};
-use trove_http::{effective_response_cc, Policy, Vary};
+use trove_http::freshness::{current_age_dated, date_value, freshness_lifetime_parsed};
+use trove_http::policy::{effective_response_directives, EffectiveCacheControl};
+use trove_http::{Policy, Vary};
 use trove_store::{ObjectHead, Prepared};
 
 /// Fields a hit writes itself, so they are left out of the pre-encoded block.
@@ -27,25 +28,52 @@ pub fn prepare(policy: &Policy, head: &mut ObjectHead) {
 
 /// [`prepare`], with the wire form left empty unless `wire` (see [`crate::Rules::wire`]).
 pub fn prepare_head(policy: &Policy, head: &mut ObjectHead, wire: bool) {
+    let directives = effective_response_directives(policy, &head.headers);
+    let vary = Vary::from_headers(&head.headers);
+    let facts = Facts {
+        directives: &directives,
+        vary: &vary,
+    };
+    prepare_judged(policy, head, wire, facts)
+}
+
+/// What storing a response has already read of its fields, so that preparing its head
+/// reads none of them again.
+#[derive(Clone, Copy)]
+pub struct Facts<'a> {
+    /// The directives that govern it ([`effective_response_directives`] under the policy).
+    pub directives: &'a EffectiveCacheControl,
+    /// Its `Vary`.
+    pub vary: &'a Vary,
+}
+
+/// [`prepare_head`] from `facts`, which must be those of `head.headers` under `policy`.
+pub fn prepare_judged(policy: &Policy, head: &mut ObjectHead, wire: bool, facts: Facts<'_>) {
     let wire = if wire {
         wire_form(head)
     } else {
         bytes::Bytes::new()
     };
-    let initial_age = current_age(
+    // `Date` is read once, for the age and the lifetime both.
+    let date = date_value(&head.headers);
+    let initial_age = current_age_dated(
         &head.headers,
+        date,
         head.request_time,
         head.response_time,
         head.response_time,
     );
     let age_only = head.status != http::StatusCode::PARTIAL_CONTENT
-        && Vary::from_headers(&head.headers).is_empty()
-        && !effective_response_cc(policy, &head.headers)
-            .no_cache
-            .is_present();
-    let lifetime =
-        freshness_lifetime_received(policy, head.status, &head.headers, head.response_time)
-            .duration;
+        && facts.vary.is_empty()
+        && !facts.directives.cc.no_cache.is_present();
+    let lifetime = freshness_lifetime_parsed(
+        policy,
+        head.status,
+        &head.headers,
+        facts.directives,
+        date.unwrap_or(head.response_time),
+    )
+    .duration;
     let fresh_until =
         (age_only && lifetime > initial_age).then(|| head.response_time + (lifetime - initial_age));
     head.prepared = Prepared {

@@ -7,8 +7,9 @@ use std::time::SystemTime;
 use http::header;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use trove_http::connection::strip_connection_fields;
+use trove_http::policy::{effective_response_directives, EffectiveCacheControl};
 use trove_http::{
-    disconnected_allows, stale_if_error_allows, storability, variant_key, NotStorable, Vary,
+    disconnected_allows, stale_if_error_allows, storability_parsed, variant_key, NotStorable, Vary,
 };
 use trove_store::{Body, Object, ObjectHead, Refused};
 
@@ -60,22 +61,28 @@ pub enum OnResponse {
     Pass { status: CacheStatus, remember: bool },
 }
 
-/// Whether (and why not) an origin response to `req` may be stored.
+/// Whether (and why not) an origin response to `req` may be stored; when it may, the
+/// directives that govern it (read once, for storing it too).
 pub fn may_store(
     req: Request<'_>,
     resp: &ResponseHead<'_>,
     rules: Rules<'_>,
     max_object: u64,
-) -> Result<(), Detail> {
+) -> Result<EffectiveCacheControl, Detail> {
     if *req.method != Method::GET {
         return Err(Detail::NotStorable(NotStorable::Method));
     }
-    storability(
+    if resp.status.is_informational() || resp.status == StatusCode::NOT_MODIFIED {
+        return Err(Detail::NotStorable(NotStorable::Status));
+    }
+    let directives = effective_response_directives(rules.policy, resp.headers);
+    storability_parsed(
         rules.policy,
         req.method,
         req.headers,
         resp.status,
         resp.headers,
+        &directives,
     )
     .map_err(Detail::NotStorable)?;
     if resp.status == StatusCode::PARTIAL_CONTENT
@@ -84,8 +91,10 @@ pub fn may_store(
         // Only single ranges of a known total length are kept (RFC 9111 §3.3).
         return Err(Detail::NotStorable(NotStorable::Status));
     }
-    let range_len = partial::stored_range(resp.headers)
-        .filter(|_| resp.status == StatusCode::PARTIAL_CONTENT)
+    // Only a 206's `Content-Range` is read (looked for on no other answer).
+    let range_len = (resp.status == StatusCode::PARTIAL_CONTENT)
+        .then(|| partial::stored_range(resp.headers))
+        .flatten()
         .map(|r| r.len());
     if resp
         .content_length
@@ -102,7 +111,7 @@ pub fn may_store(
     if rules.cookies.bypasses(req.headers, Some(content_type)) {
         return Err(Detail::RequestCookie);
     }
-    Ok(())
+    Ok(directives)
 }
 
 /// The Store-or-pass step for a response to `fetch`.
@@ -126,6 +135,9 @@ pub struct Storable {
     base: CacheStatus,
     /// `Set-Cookie` values kept out of the store, for the fetching client only.
     strip: Option<Vec<HeaderValue>>,
+    /// The response's directives, as judged (its stored head's freshness is worked out
+    /// from them: `Set-Cookie` is all [`to_store`] may take out of its fields).
+    directives: EffectiveCacheControl,
 }
 
 /// The Store-or-pass step's judgement of a response to `fetch`: storable, or the pass.
@@ -138,21 +150,24 @@ pub fn judge_fetch(
     max_object: u64,
 ) -> Result<Storable, OnResponse> {
     let base = CacheStatus::forward(fetch_fwd).with_fwd_status(resp.status.as_u16());
-    if let Err(detail) = may_store(req, resp, rules, max_object) {
-        // A 304 or 206 answering the client's own conditional or range says nothing about
-        // whether the whole response could be stored; nor does a bypass or request no-store.
-        let remember = *req.method == Method::GET
-            && resp.status != StatusCode::NOT_MODIFIED
-            && resp.status != StatusCode::PARTIAL_CONTENT
-            && !matches!(
-                detail,
-                Detail::NotStorable(NotStorable::RequestNoStore) | Detail::RequestCookie
-            );
-        return Err(OnResponse::Pass {
-            status: base.with_detail(detail),
-            remember,
-        });
-    }
+    let directives = match may_store(req, resp, rules, max_object) {
+        Ok(directives) => directives,
+        Err(detail) => {
+            // A 304 or 206 answering the client's own conditional or range says nothing about
+            // whether the whole response could be stored; nor does a bypass or request no-store.
+            let remember = *req.method == Method::GET
+                && resp.status != StatusCode::NOT_MODIFIED
+                && resp.status != StatusCode::PARTIAL_CONTENT
+                && !matches!(
+                    detail,
+                    Detail::NotStorable(NotStorable::RequestNoStore) | Detail::RequestCookie
+                );
+            return Err(OnResponse::Pass {
+                status: base.with_detail(detail),
+                remember,
+            });
+        }
+    };
     let strip = match rules.cookies.on_store(resp.headers) {
         StoreCookies::AsIs => None,
         StoreCookies::Refuse => {
@@ -163,7 +178,11 @@ pub fn judge_fetch(
         }
         StoreCookies::Strip(values) => Some(values),
     };
-    Ok(Storable { base, strip })
+    Ok(Storable {
+        base,
+        strip,
+        directives,
+    })
 }
 
 /// The object to store for a response [`judge_fetch`] found storable: `headers` are its
@@ -177,7 +196,11 @@ pub fn to_store(
     rules: Rules<'_>,
     storable: Storable,
 ) -> OnResponse {
-    let Storable { base, strip } = storable;
+    let Storable {
+        base,
+        strip,
+        directives,
+    } = storable;
     let leader_fields = match strip {
         None => HeaderMap::new(),
         Some(values) => {
@@ -204,9 +227,12 @@ pub fn to_store(
         }
     }
     // A 206's length is that of its range, whatever the origin declares or omits.
-    let expected = match partial::stored_range(&headers) {
-        Some(r) if resp.status == StatusCode::PARTIAL_CONTENT => Some(r.len()),
-        _ => resp.content_length,
+    let range = (resp.status == StatusCode::PARTIAL_CONTENT)
+        .then(|| partial::stored_range(&headers))
+        .flatten();
+    let expected = match range {
+        Some(r) => Some(r.len()),
+        None => resp.content_length,
     };
     let mut head = ObjectHead {
         status: resp.status,
@@ -217,7 +243,11 @@ pub fn to_store(
         prepared: Default::default(),
         labels: Default::default(),
     };
-    prepare::prepare_head(rules.policy, &mut head, rules.wire);
+    let facts = prepare::Facts {
+        directives: &directives,
+        vary: &vary,
+    };
+    prepare::prepare_judged(rules.policy, &mut head, rules.wire, facts);
     OnResponse::Store {
         object: Box::new(Object::new(
             key.to_string(),

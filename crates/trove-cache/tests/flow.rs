@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use trove_cache::decide::BodyState;
 use trove_cache::engine::{AnswerBody, Engine, Forward as Sent, Origin, OriginAnswer};
-use trove_cache::flow::{Answer, Command, Env, Event, Flow, Unlabelled};
+use trove_cache::flow::{Answer, Command, Env, Event, Fields, Flow, Unlabelled};
 use trove_cache::purge::{PurgeRefused, Purged};
 use trove_cache::{partial, CookiePolicy, OriginFailure, Outcome, Request, Rules, Tier};
 use trove_http::Policy;
@@ -288,7 +288,7 @@ fn run(
                 answer_fields = h;
                 Event::Answer(Answer {
                     status,
-                    headers: &answer_fields,
+                    headers: Fields::Lent(&answer_fields),
                     content_length: Some(answer_len),
                     request_time: now,
                     response_time: now,

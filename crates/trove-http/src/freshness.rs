@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 
 use crate::field::{date_field, parse_delta_seconds, split_list, DELTA_SECONDS_MAX};
-use crate::policy::{effective_response_directives, Policy};
+use crate::policy::{effective_response_directives, EffectiveCacheControl, Policy};
 
 /// How long a response stays fresh, and whether that was guessed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,17 +53,46 @@ pub fn freshness_lifetime_received(
     lifetime(policy, status, headers, Some(date))
 }
 
+/// [`freshness_lifetime_received`] from what a caller has already read of `headers`:
+/// `directives` ([`effective_response_directives`] of them under `policy`) and `date`,
+/// their `Date` ([`date_value`]) or the time of receipt. Storing a response reads both
+/// for other rules too, and parses each once.
+pub fn freshness_lifetime_parsed(
+    policy: &Policy,
+    status: StatusCode,
+    headers: &HeaderMap,
+    directives: &EffectiveCacheControl,
+    date: SystemTime,
+) -> FreshnessLifetime {
+    lifetime_with(policy, status, headers, directives, Some(date))
+}
+
+/// The `Date` field's value: `None` when it is absent, repeated or not an HTTP-date.
+pub fn date_value(headers: &HeaderMap) -> Option<SystemTime> {
+    date_field(headers, &header::DATE)
+}
+
 fn lifetime(
     policy: &Policy,
     status: StatusCode,
     headers: &HeaderMap,
     date: Option<SystemTime>,
 ) -> FreshnessLifetime {
+    let directives = effective_response_directives(policy, headers);
+    lifetime_with(policy, status, headers, &directives, date)
+}
+
+fn lifetime_with(
+    policy: &Policy,
+    status: StatusCode,
+    headers: &HeaderMap,
+    directives: &EffectiveCacheControl,
+    date: Option<SystemTime>,
+) -> FreshnessLifetime {
     let explicit = |secs: u64| FreshnessLifetime {
         duration: Duration::from_secs(secs),
         heuristic: false,
     };
-    let directives = effective_response_directives(policy, headers);
     let cc = &directives.cc;
     if policy.shared {
         if let Some(s) = cc.s_maxage {
@@ -141,7 +170,24 @@ pub fn current_age(
     response_time: SystemTime,
     now: SystemTime,
 ) -> Duration {
-    let date_value = date_field(headers, &header::DATE).unwrap_or(response_time);
+    current_age_dated(
+        headers,
+        date_value(headers),
+        request_time,
+        response_time,
+        now,
+    )
+}
+
+/// [`current_age`] with the `Date` field already read (`date`: [`date_value`]).
+pub fn current_age_dated(
+    headers: &HeaderMap,
+    date: Option<SystemTime>,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    now: SystemTime,
+) -> Duration {
+    let date_value = date.unwrap_or(response_time);
     let since = |later: SystemTime, earlier: SystemTime| {
         later.duration_since(earlier).unwrap_or(Duration::ZERO)
     };

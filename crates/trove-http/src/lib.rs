@@ -64,7 +64,7 @@ pub use reuse::{
     disconnected_allows, reuse, stale_if_error_allows, Reuse, StaleReason, StoredResponse,
     ValidateReason,
 };
-pub use storable::{post_reusable_for_get, storability, NotStorable};
+pub use storable::{post_reusable_for_get, storability, storability_parsed, NotStorable};
 pub use target::{Target, TargetError};
 pub use validation::{conditional_headers, freshen_headers, selects};
 pub use vary::{variant_key, vary_matches, Vary};

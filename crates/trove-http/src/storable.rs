@@ -10,7 +10,7 @@ use http::{header, HeaderMap, Method, StatusCode};
 
 use crate::cache_control::CacheControl;
 use crate::freshness::is_heuristically_cacheable;
-use crate::policy::{effective_response_directives, Policy};
+use crate::policy::{effective_response_directives, EffectiveCacheControl, Policy};
 use crate::vary::Vary;
 
 /// Why a response may not be stored.
@@ -87,7 +87,10 @@ pub fn understands_status(status: StatusCode) -> bool {
 /// (`Cache-Control: no-store`, §5.2.1.5). It does not stop the proxy from
 /// answering from an already stored response.
 pub fn request_forbids_storing(req_headers: &HeaderMap) -> bool {
-    CacheControl::from_request(req_headers).no_store
+    // `Pragma`, the fallback `CacheControl::from_request` reads without `Cache-Control`,
+    // never says `no-store` (§5.4): only `Cache-Control` is read.
+    req_headers.contains_key(header::CACHE_CONTROL)
+        && CacheControl::from_headers(req_headers, &header::CACHE_CONTROL).no_store
 }
 
 /// Decides whether a response may be stored (RFC 9111 §3).
@@ -108,6 +111,33 @@ pub fn storability(
         return Err(NotStorable::Status);
     }
     let directives = effective_response_directives(policy, resp_headers);
+    storability_parsed(
+        policy,
+        method,
+        req_headers,
+        status,
+        resp_headers,
+        &directives,
+    )
+}
+
+/// [`storability`] with the response's directives already parsed (`directives`:
+/// [`effective_response_directives`] of `resp_headers` under `policy`), for a caller that
+/// reads them for other rules too.
+pub fn storability_parsed(
+    policy: &Policy,
+    method: &Method,
+    req_headers: &HeaderMap,
+    status: StatusCode,
+    resp_headers: &HeaderMap,
+    directives: &EffectiveCacheControl,
+) -> Result<(), NotStorable> {
+    if !is_cacheable_method(method) {
+        return Err(NotStorable::Method);
+    }
+    if status.is_informational() || status == StatusCode::NOT_MODIFIED {
+        return Err(NotStorable::Status);
+    }
     let cc = &directives.cc;
     let understood = understands_status(status);
     if cc.must_understand && !understood {

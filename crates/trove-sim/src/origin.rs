@@ -127,9 +127,16 @@ pub fn answer(
 ) -> OriginAnswer {
     let mut headers = HeaderMap::with_capacity(4);
     let etag = etag(w.version);
+    let status = match w.status {
+        200 | 206 | 304 => StatusCode::OK,
+        s => StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
+    };
+    let not_modified =
+        w.cachable && status == StatusCode::OK && if_none_match == Some(etag.as_bytes());
     if w.cachable {
         headers.insert(CACHE_CONTROL, scratch.max_age(a.freshness.as_secs()));
-        headers.insert(ETAG, etag.clone());
+        // Moved, not cloned: a clone of a value just built shares it, which allocates.
+        headers.insert(ETAG, etag);
     } else {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     }
@@ -138,11 +145,7 @@ pub fn answer(
             headers.insert(CONTENT_TYPE, v);
         }
     }
-    let status = match w.status {
-        200 | 206 | 304 => StatusCode::OK,
-        s => StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
-    };
-    if w.cachable && status == StatusCode::OK && if_none_match == Some(etag.as_bytes()) {
+    if not_modified {
         return OriginAnswer {
             status: StatusCode::NOT_MODIFIED,
             headers,

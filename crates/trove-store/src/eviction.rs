@@ -135,9 +135,12 @@ impl Lru {
 
 impl Eviction for Lru {
     fn insert(&mut self, id: u64, _fingerprint: u64, _size: u64) {
-        self.remove(id);
         let slot = self.slab.alloc(id);
-        self.slots.insert(id, slot);
+        // One probe of the map: an id inserted again leaves its old place.
+        if let Some(old) = self.slots.insert(id, slot) {
+            self.slab.unlink(&mut self.list, old);
+            self.slab.release(old);
+        }
         self.slab.push_newest(&mut self.list, slot);
     }
 

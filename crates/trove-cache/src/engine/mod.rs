@@ -18,7 +18,7 @@ use trove_store::{Lower, Object, Probe, Storage};
 use crate::cookie::CookiePolicy;
 use crate::decide::{self, BodyState, Rules};
 use crate::deliver;
-use crate::flow::{Answer, Command, Env, Event, Flow, Unlabelled};
+use crate::flow::{Answer, Command, Env, Event, Fields, Flow, Unlabelled};
 use crate::memo::PassMemo;
 use crate::outcome::{Outcome, Tier};
 use crate::partial;
@@ -197,7 +197,8 @@ impl Engine {
                             let a = held.insert(a);
                             Event::Answer(Answer {
                                 status: a.status,
-                                headers: &a.headers,
+                                // Only the answer's status and body are read hereafter.
+                                headers: Fields::Given(&mut a.headers),
                                 content_length: Some(a.body.len()),
                                 request_time: now,
                                 response_time: now,

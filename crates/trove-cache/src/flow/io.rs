@@ -51,15 +51,35 @@ impl Labeler for Unlabelled {
 /// which later fills a stored object from it ([`Serve::fill`], [`Command::Fill`],
 /// [`Command::FillAndWait`]), sends it on ([`Command::Forward`]) or drops it
 /// ([`Command::Discard`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Answer<'e> {
     pub status: StatusCode,
     /// As the origin sent them (the machine cleans them).
-    pub headers: &'e HeaderMap,
+    pub headers: Fields<'e>,
     /// The body's length as framed (`None` while unknown).
     pub content_length: Option<u64>,
     pub request_time: SystemTime,
     pub response_time: SystemTime,
+}
+
+/// An answer's header fields as the driver hands them over.
+#[derive(Debug)]
+pub enum Fields<'e> {
+    /// Lent: the machine copies what it keeps of them.
+    Lent(&'e HeaderMap),
+    /// Given up by a driver that reads them no more (the simulator's engine): the machine
+    /// keeps them, leaving the map empty, instead of copying them.
+    Given(&'e mut HeaderMap),
+}
+
+impl Fields<'_> {
+    /// The fields.
+    pub fn get(&self) -> &HeaderMap {
+        match self {
+            Fields::Lent(h) => h,
+            Fields::Given(h) => h,
+        }
+    }
 }
 
 /// What the driver tells the machine. Each [`Command`] says which event answers it.

@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 use trove_store::{Labels, Object, ObjectHead, Removal, Verdict};
 
 pub use io::{
-    Answer, Command, Env, Event, Forward, Guard, Labeler, Respond, Send, Serve, Unlabelled,
+    Answer, Command, Env, Event, Fields, Forward, Guard, Labeler, Respond, Send, Serve, Unlabelled,
 };
 
 use crate::decide::{self, Action, BodyState, Collapse, Conditionals, Entry, Fetch, Memo};
@@ -470,7 +470,7 @@ impl<'r> Flow<'r> {
                         self.serve(obj, Outcome::RefreshFailOld, status, None);
                     }
                     None => {
-                        self.hold(env, &a);
+                        self.hold(env, a);
                         self.store_or_pass(env, leader, f.fwd, f.outcome);
                     }
                 }
@@ -479,7 +479,7 @@ impl<'r> Flow<'r> {
                 self.failed(env, Some(&obj), fwd, outcome, e)
             }
             (State::Validating { obj, outcome, fwd }, Event::Answer(a)) => {
-                self.validated(env, obj, outcome, fwd, &a)
+                self.validated(env, obj, outcome, fwd, a)
             }
             (State::Updating(u), Event::Updated(fresh)) => {
                 let u = *u;
@@ -543,7 +543,7 @@ impl<'r> Flow<'r> {
             }
             (State::Completing(b), Event::Answer(a)) => {
                 let (c, f) = *b;
-                self.completion_answered(env, &c, f, &a)
+                self.completion_answered(env, &c, f, a)
             }
             (State::InsertingPart(f), Event::Inserted(Ok(part))) => {
                 self.steps.push(Step::Store);
@@ -576,9 +576,10 @@ impl<'r> Flow<'r> {
             (State::AskingOwner, Event::Answer(a)) => {
                 // Passed on as the owner gave it (its `Cache-Status` member says whether it
                 // hit); stored only there, so the cluster holds one copy.
-                self.hold(env, &a);
+                let fwd_status = a.status.as_u16();
+                self.hold(env, a);
                 let status = CacheStatus::forward(Fwd::Miss)
-                    .with_fwd_status(a.status.as_u16())
+                    .with_fwd_status(fwd_status)
                     .with_detail(Detail::Peer);
                 self.forward(Outcome::Miss, status);
             }
@@ -595,18 +596,19 @@ impl<'r> Flow<'r> {
                 self.failed(env, None, fwd, Outcome::Miss, e)
             }
             (State::Passing, Event::Answer(a)) => {
-                let keys = respond::invalidations(self.req.method, self.key, a.status, a.headers);
+                let fwd_status = a.status.as_u16();
+                let keys =
+                    respond::invalidations(self.req.method, self.key, a.status, a.headers.get());
                 if !keys.is_empty() {
                     self.steps.push(Step::Invalidate);
                     self.emit(Command::Invalidate(keys));
                 }
-                self.hold(env, &a);
+                self.hold(env, a);
                 self.label(env);
                 let held = self.held.as_deref().map(Held::head);
                 let verdict = match held {
                     Some(_) if self.bypassing => OnResponse::Pass {
-                        status: CacheStatus::forward(Fwd::Bypass)
-                            .with_fwd_status(a.status.as_u16()),
+                        status: CacheStatus::forward(Fwd::Bypass).with_fwd_status(fwd_status),
                         remember: false,
                     },
                     Some(head) => respond::after_pass(
@@ -626,7 +628,7 @@ impl<'r> Flow<'r> {
             }
             (State::BackgroundValidating(_), Event::Failed(_)) => self.emit(Command::Finish),
             (State::BackgroundValidating(obj), Event::Answer(a)) => {
-                self.background_answered(env, obj, &a)
+                self.background_answered(env, obj, a)
             }
             (State::BackgroundInserting, Event::Inserted(Ok(obj))) => {
                 if dead(env, &obj) {
@@ -892,16 +894,23 @@ impl<'r> Flow<'r> {
         })));
     }
 
-    /// Takes the origin's answer in hand, its fields cleaned for storing and sending on.
-    fn hold(&mut self, env: &Env<'_>, a: &Answer<'_>) {
+    /// Takes the origin's answer in hand, its fields cleaned for storing and sending on
+    /// (copied if lent, kept as they are if given).
+    fn hold(&mut self, env: &Env<'_>, a: Answer<'_>) {
         let declared = (*self.req.method == Method::HEAD)
             .then(|| {
-                trove_http::content_length::parse_all(a.headers.get_all(header::CONTENT_LENGTH))
-                    .ok()
-                    .flatten()
+                let fields = a.headers.get().get_all(header::CONTENT_LENGTH);
+                trove_http::content_length::parse_all(fields).ok().flatten()
             })
             .flatten();
-        let headers = respond::clean_response_headers(a.headers, env.via, a.response_time);
+        let headers = match a.headers {
+            Fields::Lent(h) => respond::clean_response_headers(h, env.via, a.response_time),
+            Fields::Given(h) => {
+                let mut h = std::mem::take(h);
+                respond::clean_response_headers_in_place(&mut h, env.via, a.response_time);
+                h
+            }
+        };
         self.held = Some(Box::new(Held {
             status: a.status,
             headers,
@@ -1065,7 +1074,7 @@ impl<'r> Flow<'r> {
         obj: Arc<Object>,
         outcome: Outcome,
         fwd: Fwd,
-        a: &Answer<'_>,
+        a: Answer<'_>,
     ) {
         self.hold(env, a);
         let Some(held) = self.held.as_ref() else {
@@ -1121,9 +1130,10 @@ impl<'r> Flow<'r> {
 
     /// The origin answered a request for the range a stored partial lacks: store that
     /// part, combine, serve the result; another answer is handled like any fetch's.
-    fn completion_answered(&mut self, env: &Env<'_>, c: &Completion, f: Fetch, a: &Answer<'_>) {
+    fn completion_answered(&mut self, env: &Env<'_>, c: &Completion, f: Fetch, a: Answer<'_>) {
+        let completion = partial::after_completion(c, a.status, a.headers.get());
         self.hold(env, a);
-        match partial::after_completion(c, a.status, a.headers) {
+        match completion {
             // The representation changed (If-Range did not match), the origin sent
             // something else: its answer is handled like any fetch's.
             OnCompletion::Other => {
@@ -1153,9 +1163,10 @@ impl<'r> Flow<'r> {
     }
 
     /// stale-while-revalidate: the origin answered the background validation.
-    fn background_answered(&mut self, env: &Env<'_>, obj: Arc<Object>, a: &Answer<'_>) {
+    fn background_answered(&mut self, env: &Env<'_>, obj: Arc<Object>, a: Answer<'_>) {
+        let status = a.status;
         self.hold(env, a);
-        if a.status == StatusCode::NOT_MODIFIED {
+        if status == StatusCode::NOT_MODIFIED {
             let Some(held) = self.held.as_ref() else {
                 return self.internal();
             };

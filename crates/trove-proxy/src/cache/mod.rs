@@ -31,7 +31,7 @@ use std::sync::Arc;
 use http::header;
 use http::{HeaderMap, Method, StatusCode};
 use trove_cache::decide::BodyState;
-use trove_cache::flow::{Answer, Command, Env, Event, Flow, Guard};
+use trove_cache::flow::{Answer, Command, Env, Event, Fields, Flow, Guard};
 use trove_cache::{partial, Conditionals, Outcome, Request, Tier, CACHE_STATUS};
 use trove_store::{FileBody, Lower, Object, Probe};
 
@@ -345,7 +345,7 @@ async fn run<B: ClientBody>(
                         let resp = held.insert(Box::new(resp));
                         Event::Answer(Answer {
                             status: resp.status,
-                            headers: &resp.headers,
+                            headers: Fields::Lent(&resp.headers),
                             content_length: resp.content_length(),
                             request_time: resp.request_time,
                             response_time: resp.response_time,
