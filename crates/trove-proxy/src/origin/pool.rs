@@ -683,27 +683,32 @@ fn unresolved(e: std::io::Error) -> OriginError {
 mod tests {
     use super::*;
 
+    /// A pool with `limits`, the default guard and the system resolver.
+    fn pool_with(limits: PoolLimits) -> Arc<Pool> {
+        Pool::new(
+            limits,
+            Arc::new(Metrics::default()),
+            Reachability {
+                destinations: Arc::new(DestinationPolicy::default()),
+                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
+            },
+        )
+    }
+
     /// A pool for one local origin that accepts connections and never answers.
     async fn pool_and_origin(
         idle_timeout: Duration,
     ) -> (Arc<Pool>, Upstream, tokio::net::TcpListener) {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
-        let pool = Pool::new(
-            PoolLimits {
-                max_per_origin: 4,
-                max_uploads: 1,
-                idle_timeout,
-                connect_timeout: Duration::from_secs(5),
-                max_queue_wait: Duration::from_secs(5),
-                overload: Overload::default(),
-            },
-            Arc::new(Metrics::default()),
-            Reachability {
-                destinations: Arc::new(DestinationPolicy::default()),
-                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
-            },
-        );
+        let pool = pool_with(PoolLimits {
+            max_per_origin: 4,
+            max_uploads: 1,
+            idle_timeout,
+            connect_timeout: Duration::from_secs(5),
+            max_queue_wait: Duration::from_secs(5),
+            overload: Overload::default(),
+        });
         (pool, key, origin)
     }
 
@@ -771,21 +776,14 @@ mod tests {
     async fn a_full_origin_sheds_by_timeout_then_by_estimate() {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
-        let pool = Pool::new(
-            PoolLimits {
-                max_per_origin: 1,
-                max_uploads: 1,
-                idle_timeout: Duration::from_secs(30),
-                connect_timeout: Duration::from_secs(5),
-                max_queue_wait: Duration::from_millis(20),
-                overload: Overload::default(),
-            },
-            Arc::new(Metrics::default()),
-            Reachability {
-                destinations: Arc::new(DestinationPolicy::default()),
-                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
-            },
-        );
+        let pool = pool_with(PoolLimits {
+            max_per_origin: 1,
+            max_uploads: 1,
+            idle_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_queue_wait: Duration::from_millis(20),
+            overload: Overload::default(),
+        });
         let busy = pool
             .checkout(&key, Chooser::Operator, &anyone())
             .await
@@ -818,24 +816,17 @@ mod tests {
     async fn a_standing_queue_admits_only_a_short_line() {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
-        let pool = Pool::new(
-            PoolLimits {
-                max_per_origin: 1,
-                max_uploads: 1,
-                idle_timeout: Duration::from_secs(30),
-                connect_timeout: Duration::from_secs(5),
-                max_queue_wait: Duration::from_secs(30),
-                overload: Overload {
-                    after: Duration::from_millis(50),
-                    queue_wait: Duration::from_millis(20),
-                },
+        let pool = pool_with(PoolLimits {
+            max_per_origin: 1,
+            max_uploads: 1,
+            idle_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_queue_wait: Duration::from_secs(30),
+            overload: Overload {
+                after: Duration::from_millis(50),
+                queue_wait: Duration::from_millis(20),
             },
-            Arc::new(Metrics::default()),
-            Reachability {
-                destinations: Arc::new(DestinationPolicy::default()),
-                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
-            },
-        );
+        });
         let queue = pool.queue(&key);
         // Exchanges take 100 ms: the one connection comes free ten times a second.
         queue.observe_hold(Duration::from_millis(100));
@@ -925,21 +916,14 @@ mod tests {
     #[tokio::test]
     async fn uploads_have_a_limit_of_their_own() {
         let (_, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
-        let pool = Pool::new(
-            PoolLimits {
-                max_per_origin: 4,
-                max_uploads: 1,
-                idle_timeout: Duration::from_secs(30),
-                connect_timeout: Duration::from_millis(100),
-                max_queue_wait: Duration::from_secs(5),
-                overload: Overload::default(),
-            },
-            Arc::new(Metrics::default()),
-            Reachability {
-                destinations: Arc::new(DestinationPolicy::default()),
-                resolver: Resolver::system(&Default::default(), Duration::from_secs(5)),
-            },
-        );
+        let pool = pool_with(PoolLimits {
+            max_per_origin: 4,
+            max_uploads: 1,
+            idle_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_millis(100),
+            max_queue_wait: Duration::from_secs(5),
+            overload: Overload::default(),
+        });
         let slot = pool.upload_slot(&key).await.unwrap();
         assert!(matches!(
             pool.upload_slot(&key).await,
