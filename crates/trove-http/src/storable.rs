@@ -104,12 +104,8 @@ pub fn storability(
     status: StatusCode,
     resp_headers: &HeaderMap,
 ) -> Result<(), NotStorable> {
-    if !is_cacheable_method(method) {
-        return Err(NotStorable::Method);
-    }
-    if status.is_informational() || status == StatusCode::NOT_MODIFIED {
-        return Err(NotStorable::Status);
-    }
+    // Checked before the directives are parsed: most responses it refuses carry some.
+    method_and_status(method, status)?;
     let directives = effective_response_directives(policy, resp_headers);
     storability_parsed(
         policy,
@@ -119,6 +115,18 @@ pub fn storability(
         resp_headers,
         &directives,
     )
+}
+
+/// The request method and response status a stored response needs (RFC 9111 §3: a
+/// cacheable method; a final status, not a `304`).
+fn method_and_status(method: &Method, status: StatusCode) -> Result<(), NotStorable> {
+    if !is_cacheable_method(method) {
+        return Err(NotStorable::Method);
+    }
+    if status.is_informational() || status == StatusCode::NOT_MODIFIED {
+        return Err(NotStorable::Status);
+    }
+    Ok(())
 }
 
 /// [`storability`] with the response's directives already parsed (`directives`:
@@ -132,12 +140,7 @@ pub fn storability_parsed(
     resp_headers: &HeaderMap,
     directives: &EffectiveCacheControl,
 ) -> Result<(), NotStorable> {
-    if !is_cacheable_method(method) {
-        return Err(NotStorable::Method);
-    }
-    if status.is_informational() || status == StatusCode::NOT_MODIFIED {
-        return Err(NotStorable::Status);
-    }
+    method_and_status(method, status)?;
     let cc = &directives.cc;
     let understood = understands_status(status);
     if cc.must_understand && !understood {
