@@ -28,7 +28,8 @@ use crate::status::CacheStatus;
 use crate::step::Steps;
 
 mod origin;
-pub use origin::{AnswerBody, Forward, Origin, OriginAnswer};
+use origin::body;
+pub use origin::{fill, AnswerBody, Forward, Origin, OriginAnswer};
 
 /// How one request was served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,39 +277,6 @@ impl Engine {
             command = flow.next(&env, ev);
         }
     }
-}
-
-/// Zeros a size-only body is written as when bodies must be real (`Engine::real_bodies`).
-static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-
-/// The body of the answer in hand, as the store is to get it: a size-only one as zeros
-/// when `real` (shared, never allocated).
-fn body(answer: Option<OriginAnswer>, real: bool) -> Option<AnswerBody> {
-    answer.map(|a| match a.body {
-        AnswerBody::Sized(n) if real => AnswerBody::Zeros(n),
-        b => b,
-    })
-}
-
-/// Fills a just-inserted object with a whole body at once.
-pub fn fill(store: &dyn Storage, obj: &Object, body: Option<AnswerBody>) {
-    let _ = match body {
-        Some(AnswerBody::Bytes(b)) => obj.body.append_now(b),
-        Some(AnswerBody::Zeros(n)) => {
-            let mut left = n;
-            let mut res = Ok(());
-            while left > 0 && res.is_ok() {
-                let k = left.min(ZEROS.len() as u64) as usize;
-                res = obj.body.append_now(bytes::Bytes::from_static(&ZEROS[..k]));
-                left -= k as u64;
-            }
-            res
-        }
-        Some(AnswerBody::Sized(n)) => obj.body.append_sized_now(n),
-        None => Ok(()),
-    };
-    obj.body.finish(Ok(()));
-    store.recharge(obj);
 }
 
 fn served(outcome: Outcome, status: StatusCode, cs: CacheStatus, flow: &mut Flow<'_>) -> Served {

@@ -1,5 +1,5 @@
 //! What the simulator's origin is asked and answers: a whole answer at once, its body as
-//! bytes or only as a length.
+//! bytes or only as a length; and how such a body is put into a stored object.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -64,11 +64,11 @@ pub trait Origin {
     fn fetch(&mut self, req: &Forward<'_>) -> Result<OriginAnswer, OriginFailure>;
 
     /// Stores `body`, the body of the answer last fetched, in `obj` (inserted with its
-    /// head): at once by default ([`super::fill`]). A trace replay may keep it to store
+    /// head): at once by default ([`fill`]). A trace replay may keep it to store
     /// where the server's body ended (in a server a body arrives after its head, and a
     /// client answered `304` or `HEAD` may ask again before it has).
     fn store_body(&mut self, store: &dyn Storage, obj: Arc<Object>, body: Option<AnswerBody>) {
-        super::fill(store, &obj, body);
+        fill(store, &obj, body);
     }
 
     /// The time once a lower tier's copy has been opened or promoted, if it is not the
@@ -82,4 +82,37 @@ pub trait Origin {
     /// lower tier's writer where the server's was when it read (a server reads later
     /// than it looked up, on a blocking pool, and the writer goes on meanwhile).
     fn before_lower(&mut self) {}
+}
+
+/// Zeros a size-only body is written as when bodies must be real (`Engine::real_bodies`).
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// The body of the answer in hand, as the store is to get it: a size-only one as zeros
+/// when `real` (shared, never allocated).
+pub(super) fn body(answer: Option<OriginAnswer>, real: bool) -> Option<AnswerBody> {
+    answer.map(|a| match a.body {
+        AnswerBody::Sized(n) if real => AnswerBody::Zeros(n),
+        b => b,
+    })
+}
+
+/// Fills a just-inserted object with a whole body at once.
+pub fn fill(store: &dyn Storage, obj: &Object, body: Option<AnswerBody>) {
+    let _ = match body {
+        Some(AnswerBody::Bytes(b)) => obj.body.append_now(b),
+        Some(AnswerBody::Zeros(n)) => {
+            let mut left = n;
+            let mut res = Ok(());
+            while left > 0 && res.is_ok() {
+                let k = left.min(ZEROS.len() as u64) as usize;
+                res = obj.body.append_now(bytes::Bytes::from_static(&ZEROS[..k]));
+                left -= k as u64;
+            }
+            res
+        }
+        Some(AnswerBody::Sized(n)) => obj.body.append_sized_now(n),
+        None => Ok(()),
+    };
+    obj.body.finish(Ok(()));
+    store.recharge(obj);
 }
