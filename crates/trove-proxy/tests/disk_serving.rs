@@ -9,44 +9,11 @@ mod kit;
 
 use std::time::Duration;
 
-use kit::{respond, Origin, TempDir, Trove};
+use kit::{
+    object_body as body_of, object_path as path, objects_origin as origin, Origin, TempDir, Trove,
+};
 use trove_proxy::settings::DiskSettings;
 use trove_proxy::Settings;
-
-/// Object `i`'s body of `len` bytes (xorshift from `i`, so a misplaced piece shows).
-fn body_of(i: usize, len: usize) -> Vec<u8> {
-    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// An origin serving `/o/<i>/<len>` as `body_of(i, len)`, cacheable for an hour.
-async fn origin() -> Origin {
-    Origin::start(|req, _| {
-        let mut parts = req.path.trim_start_matches("/o/").split('/');
-        let i: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let len: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        respond(
-            200,
-            &[
-                ("cache-control", "max-age=3600"),
-                ("content-type", "application/octet-stream"),
-            ],
-            &body_of(i, len),
-        )
-    })
-    .await
-}
-
-fn path(i: usize, len: usize) -> String {
-    format!("/o/{i}/{len}")
-}
 
 /// A reverse proxy with a memory tier of `memory` bytes over a disk tier in `dir`.
 async fn trove(origin: &Origin, dir: &TempDir, memory: u64, region: u64, size: u64) -> Trove {
@@ -231,7 +198,6 @@ async fn a_client_that_vanishes_mid_sendfile_leaves_trove_serving() {
 
 #[tokio::test]
 async fn a_region_reclaimed_under_a_slow_client_gives_it_the_right_bytes_or_a_closed_connection() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = origin().await;
     let dir = TempDir::new();
     // Four regions of 4 MiB: a few more objects and the first region is reclaimed.
@@ -253,19 +219,7 @@ async fn a_region_reclaimed_under_a_slow_client_gives_it_the_right_bytes_or_a_cl
     assert!(on_lower_tier(&trove, &key));
 
     // A client with a small receive window that reads a little, then stops.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut s = socket.connect(trove.addr).await.unwrap();
-    s.write_all(format!("GET {a} HTTP/1.1\r\nHost: test.local\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 4096];
-    while got.len() < 8192 {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    let slow = kit::SlowReader::start(trove.addr, &a, 8192).await;
 
     // Meanwhile the disk fills and the object's region is reclaimed and rewritten.
     let reclaimed = trove.metric("trove_disk_regions_reclaimed_total");
@@ -287,19 +241,7 @@ async fn a_region_reclaimed_under_a_slow_client_gives_it_the_right_bytes_or_a_cl
     );
 
     // Now the slow client reads on, to the end or until the connection closes.
-    let head_end = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head")
-        + 4;
-    while got.len() < head_end + len {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-            Err(_) => panic!("no end and no close"),
-        }
-    }
-    let body = &got[head_end..];
+    let body = slow.body(len).await;
     let want = body_of(1, len);
     assert!(body.len() <= len);
     let wrong = body.iter().zip(&want).position(|(x, y)| x != y);

@@ -6,46 +6,8 @@
 
 mod kit;
 
-use std::time::Duration;
-
-use kit::{respond, Origin, Trove};
+use kit::{object_body as body_of, object_path as path, objects_origin as origin, Origin, Trove};
 use trove_proxy::Settings;
-
-/// Object `i`'s body of `len` bytes (xorshift from `i`, so a misplaced piece shows).
-fn body_of(i: usize, len: usize) -> Vec<u8> {
-    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// An origin serving `/o/<i>/<len>` as `body_of(i, len)`, cacheable for an hour.
-async fn origin() -> Origin {
-    Origin::start(|req, _| {
-        let mut parts = req.path.trim_start_matches("/o/").split('/');
-        let i: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let len: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        respond(
-            200,
-            &[
-                ("cache-control", "max-age=3600"),
-                ("etag", &format!("\"{i}-{len}\"")),
-                ("content-type", "application/octet-stream"),
-            ],
-            &body_of(i, len),
-        )
-    })
-    .await
-}
-
-fn path(i: usize, len: usize) -> String {
-    format!("/o/{i}/{len}")
-}
 
 async fn trove(origin: &Origin, memory: u64, f: impl FnOnce(&mut Settings)) -> Trove {
     Trove::reverse(origin, |s: &mut Settings| {
@@ -116,9 +78,7 @@ async fn memory_hits_from_64_kib_to_12_mib_arrive_whole_by_range_and_in_step() {
 }
 
 #[tokio::test]
-async fn a_slow_client_gets_every_byte_while_its_body_leaves_the_store_and_others_take_its_memory()
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn a_slow_client_gets_every_byte_while_its_body_is_evicted() {
     let origin = origin().await;
     let trove = trove(&origin, 24 << 20, |_| {}).await;
     let len = 8 << 20;
@@ -126,19 +86,7 @@ async fn a_slow_client_gets_every_byte_while_its_body_leaves_the_store_and_other
     kit::get(&trove, &a, &[]).await;
 
     // A client with a small receive window that reads a little of the hit, then stops.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut s = socket.connect(trove.addr).await.unwrap();
-    s.write_all(format!("GET {a} HTTP/1.1\r\nHost: test.local\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 4096];
-    while got.len() < 16384 {
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    let slow = kit::SlowReader::start(trove.addr, &a, 16384).await;
 
     // Meanwhile the object is evicted by others of 1 MiB, whose buffers take its place.
     for i in 0..40 {
@@ -153,19 +101,7 @@ async fn a_slow_client_gets_every_byte_while_its_body_leaves_the_store_and_other
     );
 
     // The slow client reads on: every byte is the body it asked for.
-    let head_end = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head")
-        + 4;
-    while got.len() < head_end + len {
-        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-            Err(_) => panic!("no end and no close"),
-        }
-    }
-    let body = &got[head_end..];
+    let body = slow.body(len).await;
     assert_eq!(body.len(), len, "the whole body");
     let want = body_of(1, len);
     let wrong = body.iter().zip(&want).position(|(x, y)| x != y);

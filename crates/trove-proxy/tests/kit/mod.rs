@@ -119,6 +119,44 @@ pub fn pattern_at(offset: u64, len: usize) -> &'static [u8] {
     &all[from..from + len.min(PATTERN_PIECE)]
 }
 
+/// Object `i`'s body of `len` bytes (xorshift from `i`, so a misplaced piece shows).
+pub fn object_body(i: usize, len: usize) -> Vec<u8> {
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The path [`objects_origin`] serves object `i` of `len` bytes at.
+pub fn object_path(i: usize, len: usize) -> String {
+    format!("/o/{i}/{len}")
+}
+
+/// An origin serving `/o/<i>/<len>` as `object_body(i, len)`, cacheable for an hour, with
+/// the strong ETag `"<i>-<len>"`.
+pub async fn objects_origin() -> Origin {
+    Origin::start(|req, _| {
+        let mut parts = req.path.trim_start_matches("/o/").split('/');
+        let i: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let len: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        respond(
+            200,
+            &[
+                ("cache-control", "max-age=3600"),
+                ("etag", &format!("\"{i}-{len}\"")),
+                ("content-type", "application/octet-stream"),
+            ],
+            &object_body(i, len),
+        )
+    })
+    .await
+}
+
 /// A response streaming `len` bytes of [`pattern`], with Content-Length, recorded in `log`.
 pub fn stream(status: u16, headers: &[(&str, &str)], len: u64, log: &Arc<Streamed>) -> Action {
     let mut head = format!("HTTP/1.1 {status} X\r\n");
@@ -616,6 +654,53 @@ impl Trove {
 
     pub async fn client(&self) -> Client {
         Client::connect(self.addr).await
+    }
+}
+
+/// A client with a 4 KiB receive window that sends `GET path` and reads `first` bytes of
+/// the response, then stops reading: the server is left with the rest queued or unsent.
+pub struct SlowReader {
+    pub stream: TcpStream,
+    pub got: Vec<u8>,
+}
+
+impl SlowReader {
+    pub async fn start(addr: SocketAddr, path: &str, first: usize) -> SlowReader {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: test.local\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        while got.len() < first {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        SlowReader { stream, got }
+    }
+
+    /// Reads on until `len` body bytes came or the connection ended (10 s without a byte
+    /// fails the test); the body bytes read.
+    pub async fn body(mut self, len: usize) -> Vec<u8> {
+        let head_end = self
+            .got
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head")
+            + 4;
+        let mut buf = vec![0u8; 4096];
+        while self.got.len() < head_end + len {
+            match tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => self.got.extend_from_slice(&buf[..n]),
+                Err(_) => panic!("no end and no close"),
+            }
+        }
+        self.got.split_off(head_end)
     }
 }
 
