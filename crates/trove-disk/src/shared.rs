@@ -81,6 +81,9 @@ impl DiskConfig {
 pub struct Stats {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
+    /// Of `writes`, those the last sync of the data files covered (durable across a crash
+    /// of the machine).
+    pub writes_synced: AtomicU64,
     /// Objects not written: the queue was full, or the tier had failed.
     pub writes_dropped: AtomicU64,
     /// Objects the queue took: *acknowledged*, held to the crash bound.

@@ -621,6 +621,7 @@ impl DiskStore {
             capacity: self.shared.dir.region_count() as u64 * region,
             bytes: g(&s.regions_used) * region,
             writes: g(&s.writes),
+            writes_synced: g(&s.writes_synced),
             write_bytes: g(&s.write_bytes),
             writes_dropped: g(&s.writes_dropped),
             writes_queued: g(&s.writes_queued),

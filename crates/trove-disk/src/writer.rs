@@ -215,6 +215,12 @@ pub(crate) fn run(shared: &Arc<Shared>) {
                 .is_some_and(|t| t.elapsed() >= shared.config.sync_interval);
             if !flushes.is_empty() || stop || due {
                 shared.dir.sync()?;
+                // Every write counted so far was flushed above: this sync covers it.
+                let written = shared.stats.writes.load(Ordering::Acquire);
+                shared
+                    .stats
+                    .writes_synced
+                    .fetch_max(written, Ordering::AcqRel);
                 // Puts' rules, appended but not waited for, go down with the data.
                 shared.journal.sync_pending()?;
                 w.unsynced_since = None;

@@ -123,6 +123,7 @@ pub mod names {
     pub const DISK_CAPACITY: &str = "trove_disk_capacity_bytes";
     pub const DISK_INDEX_BYTES: &str = "trove_disk_index_bytes";
     pub const DISK_WRITES: &str = "trove_disk_writes_total";
+    pub const DISK_WRITES_SYNCED: &str = "trove_disk_writes_synced_total";
     pub const DISK_WRITE_BYTES: &str = "trove_disk_write_bytes_total";
     pub const DISK_WRITES_DROPPED: &str = "trove_disk_writes_dropped_total";
     pub const DISK_HITS: &str = "trove_disk_hits_total";
@@ -209,8 +210,13 @@ pub fn render_disk(out: &mut String, s: Option<&trove_store::LowerStats>) {
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     }
-    let counters: [(&str, &str, u64); 10] = [
+    let counters: [(&str, &str, u64); 11] = [
         (names::DISK_WRITES, "Objects written to disk.", d.writes),
+        (
+            names::DISK_WRITES_SYNCED,
+            "Of those, objects a sync has made durable (a crash of the machine keeps them).",
+            d.writes_synced,
+        ),
         (
             names::DISK_WRITE_BYTES,
             "Bytes written to disk.",

@@ -27,10 +27,21 @@ fn stale_served(trove: &Trove, reason: &str) -> f64 {
 }
 
 /// An origin that answers one request with `response` (closing the connection after it),
-/// then stops listening: every later connection is refused.
-async fn one_shot_origin(response: &'static [u8]) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+/// then stops listening: every later connection is refused. The port stays held by a
+/// bound socket that never listens (the returned one: keep it), so no other listener can
+/// take it meanwhile.
+async fn one_shot_origin(response: &'static [u8]) -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = || {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.set_reuseport(true).unwrap();
+        s
+    };
+    let hold = socket();
+    hold.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = hold.local_addr().unwrap();
+    let listening = socket();
+    listening.bind(addr).unwrap();
+    let listener = listening.listen(16).unwrap();
     tokio::spawn(async move {
         let Ok((mut s, _)) = listener.accept().await else {
             return;
@@ -46,7 +57,7 @@ async fn one_shot_origin(response: &'static [u8]) -> SocketAddr {
         }
         let _ = s.write_all(response).await;
     });
-    addr
+    (hold, addr)
 }
 
 #[tokio::test]
@@ -114,7 +125,7 @@ async fn disconnected_origin_closed_or_silent_serves_stale_9111_4_2_4() {
 async fn disconnected_origin_refused_serves_stale_without_validators_9111_4_2_4() {
     // No validators: the stale response is refetched, not revalidated, and the refetch
     // finds the origin gone.
-    let addr = one_shot_origin(
+    let (_hold, addr) = one_shot_origin(
         b"HTTP/1.1 200 OK\r\ncache-control: max-age=1\r\nage: 5\r\ncontent-length: 3\r\nconnection: close\r\n\r\nold",
     )
     .await;

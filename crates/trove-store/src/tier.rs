@@ -183,6 +183,8 @@ pub struct LowerStats {
     pub capacity: u64,
     pub bytes: u64,
     pub writes: u64,
+    /// Of `writes`, those synced to the device.
+    pub writes_synced: u64,
     pub write_bytes: u64,
     pub writes_dropped: u64,
     pub writes_queued: u64,

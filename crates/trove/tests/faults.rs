@@ -138,7 +138,7 @@ fn store_then_kill(dir: &Path, disk: &Path, origin: &str, paths: &[String]) {
 }
 
 /// Waits until `n` objects are written (none shed: the queue admits a second's worth) and
-/// synced (`sync_interval` is 1 s).
+/// a sync covered them (`sync_interval` is 1 s).
 fn wait_written(admin: &str, n: usize) {
     assert!(
         wait_for(Duration::from_secs(30), || metric(
@@ -149,7 +149,15 @@ fn wait_written(admin: &str, n: usize) {
         disk_metrics(admin)
     );
     assert_eq!(metric(admin, "trove_disk_writes_shed_total"), 0.0);
-    std::thread::sleep(Duration::from_millis(1300));
+    let written = metric(admin, "trove_disk_writes_total");
+    assert!(
+        wait_for(Duration::from_secs(30), || metric(
+            admin,
+            "trove_disk_writes_synced_total"
+        ) >= written),
+        "synced: {}",
+        disk_metrics(admin)
+    );
 }
 
 fn disk_metrics(admin: &str) -> String {
