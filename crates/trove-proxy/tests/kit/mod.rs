@@ -629,6 +629,20 @@ impl Trove {
     }
 
     /// The result code (e.g. `TCP_MEM_HIT/200`) of access log line `i`.
+    /// The result codes of the first `n` log lines, sorted: for requests whose lines may be
+    /// written in either order (an HTTP/2 stream's line is written after its last frame is
+    /// queued, so the client may have sent the next request before it).
+    pub async fn results_sorted(&self, n: usize) -> Vec<String> {
+        let mut r: Vec<String> = self
+            .log_lines(n)
+            .await
+            .iter()
+            .map(|l| l.split_whitespace().nth(3).unwrap_or("<none>").to_string())
+            .collect();
+        r.sort();
+        r
+    }
+
     pub async fn result(&self, i: usize) -> String {
         let lines = self.log_lines(i + 1).await;
         lines
