@@ -108,6 +108,13 @@ impl Object {
     /// still arriving). Tag *names* are shared by every object carrying them and charged
     /// once, by the tag index (`Invalidations::index_bytes`).
     pub fn charge(&self) -> u64 {
+        self.head_charge().saturating_add(self.body.charge())
+    }
+
+    /// [`Object::charge`] but for the body: what this snapshot costs whatever its body
+    /// holds (its head is immutable, so this never changes; a store keeps it to recharge
+    /// a growing body without reading the head again).
+    pub fn head_charge(&self) -> u64 {
         let head: usize = self
             .head
             .headers
@@ -121,6 +128,5 @@ impl Object {
         (head as u64)
             .saturating_add(OBJECT_OVERHEAD + self.key.len() as u64 + self.variant.len() as u64)
             .saturating_add(memberships * MEMBERSHIP_COST)
-            .saturating_add(self.body.charge())
     }
 }
