@@ -325,6 +325,65 @@ impl MemoryStore {
         }
     }
 
+    /// What `obj` would be charged (its head's part and its body's), if it may be stored.
+    fn admit(&self, obj: &Object) -> Result<(u64, u64), Refused> {
+        let (head, body) = (obj.head_charge(), obj.body.charge());
+        if head.saturating_add(body) > self.max_object.load(Ordering::Relaxed) {
+            return Err(Refused::TooLarge);
+        }
+        if !self.admission.admit(obj) {
+            return Err(Refused::NotAdmitted);
+        }
+        Ok((head, body))
+    }
+
+    /// Stores `obj`, admitted and charged `head` and `body` by [`MemoryStore::admit`] and
+    /// given its id, replacing the same key and variant.
+    fn enter(&self, obj: Arc<Object>, (head, body): (u64, u64)) -> Result<Arc<Object>, Refused> {
+        let charge = head.saturating_add(body);
+        let h = key_hash(&obj.key);
+        // `hash::fingerprint`, with the key's hash already in hand.
+        let fp = xxhash_rust::xxh3::xxh3_64_with_seed(obj.variant.as_bytes(), h);
+        let victims = {
+            let mut guard = self.order();
+            let order = &mut *guard;
+            if !order.policy.admits(fp, charge) {
+                return Err(Refused::NotAdmitted);
+            }
+            let replaced = {
+                let mut shard = self.shards[self.index_of(h)].lock();
+                let list = shard.entries.entry(h).or_default();
+                let old = list
+                    .iter()
+                    .position(|o| o.key == obj.key && o.variant == obj.variant)
+                    .map(|i| list.swap_remove(i));
+                list.push(Arc::clone(&obj));
+                old
+            };
+            if let Some(old) = replaced {
+                order.forget(old.id, Removal::Replaced);
+                self.invalidations.removed(&old);
+            }
+            // Room is made before the newcomer enters the order, so it is never its own
+            // victim: a policy that admits into a small queue (S3-FIFO) would otherwise
+            // evict every object larger than that queue at once, before its second use.
+            let room = self.budget().saturating_sub(charge);
+            let victims = self.evict_to(order, room);
+            let stored = Stored {
+                hash: h,
+                head,
+                body,
+            };
+            order.ids.insert(obj.id, stored);
+            order.bytes += charge;
+            order.policy.insert(obj.id, fp, charge);
+            self.invalidations.added(&obj);
+            victims
+        };
+        self.hand_over(victims);
+        Ok(obj)
+    }
+
     /// Removes object `id` of key hash `h` (the order's lock held).
     fn remove_locked(&self, order: &mut Order, id: u64, why: Removal) -> bool {
         let Some(h) = order.forget(id, why) else {
@@ -367,57 +426,15 @@ impl Storage for MemoryStore {
     }
 
     fn insert(&self, mut obj: Object) -> Result<Arc<Object>, Refused> {
-        let (head, body) = (obj.head_charge(), obj.body.charge());
-        let charge = head.saturating_add(body);
-        if charge > self.max_object.load(Ordering::Relaxed) {
-            return Err(Refused::TooLarge);
-        }
-        if !self.admission.admit(&obj) {
-            return Err(Refused::NotAdmitted);
-        }
+        let charged = self.admit(&obj)?;
         obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(obj);
-        let h = key_hash(&obj.key);
-        // `hash::fingerprint`, with the key's hash already in hand.
-        let fp = xxhash_rust::xxh3::xxh3_64_with_seed(obj.variant.as_bytes(), h);
-        let victims = {
-            let mut guard = self.order();
-            let order = &mut *guard;
-            if !order.policy.admits(fp, charge) {
-                return Err(Refused::NotAdmitted);
-            }
-            let replaced = {
-                let mut shard = self.shards[self.index_of(h)].lock();
-                let list = shard.entries.entry(h).or_default();
-                let old = list
-                    .iter()
-                    .position(|o| o.key == obj.key && o.variant == obj.variant)
-                    .map(|i| list.swap_remove(i));
-                list.push(Arc::clone(&obj));
-                old
-            };
-            if let Some(old) = replaced {
-                order.forget(old.id, Removal::Replaced);
-                self.invalidations.removed(&old);
-            }
-            // Room is made before the newcomer enters the order, so it is never its own
-            // victim: a policy that admits into a small queue (S3-FIFO) would otherwise
-            // evict every object larger than that queue at once, before its second use.
-            let room = self.budget().saturating_sub(charge);
-            let victims = self.evict_to(order, room);
-            let stored = Stored {
-                hash: h,
-                head,
-                body,
-            };
-            order.ids.insert(obj.id, stored);
-            order.bytes += charge;
-            order.policy.insert(obj.id, fp, charge);
-            self.invalidations.added(&obj);
-            victims
-        };
-        self.hand_over(victims);
-        Ok(obj)
+        self.enter(Arc::new(obj), charged)
+    }
+
+    fn insert_boxed(&self, mut obj: Box<Object>) -> Result<Arc<Object>, Refused> {
+        let charged = self.admit(&obj)?;
+        obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.enter(Arc::from(obj), charged)
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {

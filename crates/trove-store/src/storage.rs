@@ -130,6 +130,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
     /// Stores `obj` (its body may still be arriving), replacing the same key and variant.
     fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused>;
+    /// [`Storage::insert`] of an object built in a `Box` (the cache core's drivers get
+    /// them so): a store that keeps objects in `Arc`s moves it there once rather than out
+    /// of the box and then in.
+    fn insert_boxed(&self, obj: Box<Object>) -> Result<Arc<Object>, Refused> {
+        self.insert(*obj)
+    }
     /// Replaces the head of the stored object `obj` (same identity and body). Returns the
     /// object as now stored, or `None` if `obj` is no longer stored.
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>>;
