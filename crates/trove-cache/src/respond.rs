@@ -67,7 +67,8 @@ pub enum OnResponse {
     /// Insert `object` (its body arrives as the origin sends it). The fetching client alone
     /// also gets `leader_fields` (the `Set-Cookie` the cookie policy kept out of the store).
     Store {
-        object: Box<Object>,
+        /// Just built: nothing else holds it (see [`trove_store::Storage::insert_shared`]).
+        object: Arc<Object>,
         leader_fields: HeaderMap,
         status: CacheStatus,
     },
@@ -272,7 +273,7 @@ pub fn to_store(
     };
     prepare::prepare_judged(rules.policy, &mut head, rules.wire, facts);
     OnResponse::Store {
-        object: Box::new(Object::new(
+        object: Arc::new(Object::new(
             key.to_string(),
             variant,
             head,

@@ -431,10 +431,18 @@ impl Storage for MemoryStore {
         self.enter(Arc::new(obj), charged)
     }
 
-    fn insert_boxed(&self, mut obj: Box<Object>) -> Result<Arc<Object>, Refused> {
+    fn insert_shared(&self, mut obj: Arc<Object>) -> Result<Arc<Object>, Refused> {
         let charged = self.admit(&obj)?;
-        obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.enter(Arc::from(obj), charged)
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match Arc::get_mut(&mut obj) {
+            Some(o) => o.id = id,
+            None => {
+                let mut copy = obj.unstored_copy();
+                copy.id = id;
+                obj = Arc::new(copy);
+            }
+        }
+        self.enter(obj, charged)
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {

@@ -99,6 +99,17 @@ impl Object {
         }
     }
 
+    /// A copy of this object to store anew (its own id and tier marks to be given; the
+    /// same body): for an object in an `Arc` that is shared, where one alone was expected.
+    pub fn unstored_copy(&self) -> Object {
+        Object::new(
+            self.key.clone(),
+            self.variant.clone(),
+            self.head.clone(),
+            Arc::clone(&self.body),
+        )
+    }
+
     /// Bytes this object is charged against the budget: everything it costs, not only its
     /// bytes on the wire (issue 19, defect 4: 3,000 objects of 10 bytes with 64 tags each
     /// took 187 MiB while the store counted 1.6 MB). Its structures and index entries
