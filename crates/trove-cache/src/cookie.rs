@@ -102,7 +102,7 @@ impl CookiePolicy {
 
     /// What to do with a storable response's cookies.
     pub fn on_store(&self, resp: &HeaderMap) -> StoreCookies {
-        if !resp.contains_key(header::SET_COOKIE) {
+        if !trove_http::field::has_field(resp, &header::SET_COOKIE) {
             return StoreCookies::AsIs;
         }
         match self.set_cookie {

@@ -162,7 +162,12 @@ fn client_forced(reason: ValidateReason) -> bool {
 
 /// The Lookup step's verdict: what to do with what the store holds.
 pub fn after_lookup(req: Request<'_>, found: Lookup, rules: Rules<'_>, memo: Memo) -> Action {
-    let only_if_cached = || CacheControl::from_request(req.headers).only_if_cached;
+    // Only `Cache-Control` can say it (`Pragma` says `no-cache` alone): a request without
+    // one is not parsed.
+    let only_if_cached = || {
+        req.headers.contains_key(header::CACHE_CONTROL)
+            && CacheControl::from_request(req.headers).only_if_cached
+    };
     if rules.cookies.request_cookie == crate::RequestCookiePolicy::Bypass {
         let stored_type = match &found {
             Lookup::Found(obj, _) => Some(
@@ -306,7 +311,8 @@ pub fn forward_fields(
     extra: Option<&HeaderMap>,
 ) -> HeaderMap {
     let mut h = client;
-    if conditionals == Conditionals::Strip {
+    // A client's request usually has no fields to strip (the simulator's has none at all).
+    if conditionals == Conditionals::Strip && !h.is_empty() {
         for name in &CLIENT_CONDITIONALS {
             h.remove(name);
         }

@@ -41,10 +41,24 @@ pub fn clean_response_headers_in_place(
     response_time: SystemTime,
 ) {
     strip_connection_fields(h);
-    h.remove(header::CONTENT_LENGTH);
-    h.remove(header::PROXY_AUTHENTICATE);
+    // Nearly every answer has a `Date` and neither of the others: one pass over the names
+    // it has (a handful) rather than a hashed probe for each of the three.
+    let (mut length, mut authenticate, mut date) = (false, false, false);
+    for name in h.keys() {
+        length |= name == header::CONTENT_LENGTH;
+        authenticate |= name == header::PROXY_AUTHENTICATE;
+        date |= name == header::DATE;
+    }
+    if length {
+        h.remove(header::CONTENT_LENGTH);
+    }
+    if authenticate {
+        h.remove(header::PROXY_AUTHENTICATE);
+    }
     h.append(header::VIA, via.clone());
-    trove_http::freshness::ensure_date(h, response_time);
+    if !date {
+        trove_http::freshness::ensure_date(h, response_time);
+    }
 }
 
 /// What to do with an origin's response to a fetch.
@@ -53,7 +67,8 @@ pub enum OnResponse {
     /// Insert `object` (its body arrives as the origin sends it). The fetching client alone
     /// also gets `leader_fields` (the `Set-Cookie` the cookie policy kept out of the store).
     Store {
-        object: Box<Object>,
+        /// Just built: nothing else holds it (see [`trove_store::Storage::insert_shared`]).
+        object: Arc<Object>,
         leader_fields: HeaderMap,
         status: CacheStatus,
     },
@@ -62,13 +77,13 @@ pub enum OnResponse {
 }
 
 /// Whether (and why not) an origin response to `req` may be stored; when it may, the
-/// directives that govern it (read once, for storing it too).
+/// directives that govern it and its `Vary` (read once, for storing it too).
 pub fn may_store(
     req: Request<'_>,
     resp: &ResponseHead<'_>,
     rules: Rules<'_>,
     max_object: u64,
-) -> Result<EffectiveCacheControl, Detail> {
+) -> Result<(EffectiveCacheControl, Vary), Detail> {
     if *req.method != Method::GET {
         return Err(Detail::NotStorable(NotStorable::Method));
     }
@@ -76,6 +91,7 @@ pub fn may_store(
         return Err(Detail::NotStorable(NotStorable::Status));
     }
     let directives = effective_response_directives(rules.policy, resp.headers);
+    let vary = Vary::from_headers(resp.headers);
     storability_parsed(
         rules.policy,
         req.method,
@@ -83,6 +99,7 @@ pub fn may_store(
         resp.status,
         resp.headers,
         &directives,
+        &vary,
     )
     .map_err(Detail::NotStorable)?;
     if resp.status == StatusCode::PARTIAL_CONTENT
@@ -103,15 +120,19 @@ pub fn may_store(
     {
         return Err(Detail::TooLarge);
     }
-    let content_type = resp
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if rules.cookies.bypasses(req.headers, Some(content_type)) {
-        return Err(Detail::RequestCookie);
+    // The content type matters only to a request the cookie policy would send past the
+    // cache (`bypasses` with no type is the policy and the request's `Cookie` alone).
+    if rules.cookies.bypasses(req.headers, None) {
+        let content_type = resp
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if rules.cookies.bypasses(req.headers, Some(content_type)) {
+            return Err(Detail::RequestCookie);
+        }
     }
-    Ok(directives)
+    Ok((directives, vary))
 }
 
 /// The Store-or-pass step for a response to `fetch`.
@@ -135,9 +156,11 @@ pub struct Storable {
     base: CacheStatus,
     /// `Set-Cookie` values kept out of the store, for the fetching client only.
     strip: Option<Vec<HeaderValue>>,
-    /// The response's directives, as judged (its stored head's freshness is worked out
-    /// from them: `Set-Cookie` is all [`to_store`] may take out of its fields).
+    /// The response's directives and `Vary`, as judged (its stored head's freshness and
+    /// variant are worked out from them: `Set-Cookie` is all [`to_store`] may take out of
+    /// its fields).
     directives: EffectiveCacheControl,
+    vary: Vary,
 }
 
 /// The Store-or-pass step's judgement of a response to `fetch`: storable, or the pass.
@@ -150,8 +173,8 @@ pub fn judge_fetch(
     max_object: u64,
 ) -> Result<Storable, OnResponse> {
     let base = CacheStatus::forward(fetch_fwd).with_fwd_status(resp.status.as_u16());
-    let directives = match may_store(req, resp, rules, max_object) {
-        Ok(directives) => directives,
+    let (directives, vary) = match may_store(req, resp, rules, max_object) {
+        Ok(judged) => judged,
         Err(detail) => {
             // A 304 or 206 answering the client's own conditional or range says nothing about
             // whether the whole response could be stored; nor does a bypass or request no-store.
@@ -182,6 +205,7 @@ pub fn judge_fetch(
         base,
         strip,
         directives,
+        vary,
     })
 }
 
@@ -200,6 +224,7 @@ pub fn to_store(
         base,
         strip,
         directives,
+        vary,
     } = storable;
     let leader_fields = match strip {
         None => HeaderMap::new(),
@@ -212,7 +237,6 @@ pub fn to_store(
             leader
         }
     };
-    let vary = Vary::from_headers(&headers);
     let mut variant = variant_key(&vary, req.headers);
     if resp.status == StatusCode::PARTIAL_CONTENT {
         variant.push_str(&partial::variant_suffix(&headers));
@@ -249,7 +273,7 @@ pub fn to_store(
     };
     prepare::prepare_judged(rules.policy, &mut head, rules.wire, facts);
     OnResponse::Store {
-        object: Box::new(Object::new(
+        object: Arc::new(Object::new(
             key.to_string(),
             variant,
             head,

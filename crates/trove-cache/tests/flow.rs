@@ -228,7 +228,7 @@ fn run(
         labeler: &Unlabelled,
     };
     // What the last question handed over, for the event that answers it.
-    let mut pending_insert: Option<Box<Object>> = None;
+    let mut pending_insert: Option<Arc<Object>> = None;
     let mut pending_update: Option<(Arc<Object>, Box<ObjectHead>)> = None;
     let mut pending_part: Option<Arc<Object>> = None;
     let mut answer_len = 10;
@@ -298,7 +298,7 @@ fn run(
             "timeout" => Event::Failed(OriginFailure::Timeout),
             "inserted" => {
                 let obj = pending_insert.take().ok_or("inserted without an insert")?;
-                Event::Inserted(store.insert(*obj))
+                Event::Inserted(store.insert_shared(obj))
             }
             "refused" => Event::Inserted(Err(Refused::NotAdmitted)),
             "updated" => {

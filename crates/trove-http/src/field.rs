@@ -14,11 +14,30 @@ use http::{HeaderMap, HeaderName};
 /// §1.2.2): larger values, and overflowing calculations, become 2^31.
 pub const DELTA_SECONDS_MAX: u64 = 2_147_483_648;
 
+/// Messages with at most this many distinct field names are searched by a pass over them.
+const SCANNED: usize = 8;
+
+/// Whether `headers` has a field `name`. A message has a handful of fields and most of
+/// those a cache asks about are absent: for so few, a pass comparing names costs less than
+/// hashing the name for a probe (the probe is what a larger map gets).
+#[inline]
+pub fn has_field(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.keys_len() <= SCANNED {
+        headers.keys().any(|k| k == name)
+    } else {
+        headers.contains_key(name)
+    }
+}
+
 /// All field lines of `name` joined with ", " (RFC 9110 §5.3), or `None` when
 /// the field is absent. Bytes that are not UTF-8 are replaced, which can only
 /// make a directive unrecognisable, never invent one. A single line of UTF-8
 /// (nearly every field) is borrowed, not copied.
 pub(crate) fn combined<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<Cow<'a, str>> {
+    // Usually absent (`Vary`, `Pragma`, `Connection`…): looked for before it is probed for.
+    if !has_field(headers, name) {
+        return None;
+    }
     let mut lines = headers.get_all(name).iter();
     let first = lines.next()?;
     let mut out = String::from_utf8_lossy(first.as_bytes());
@@ -152,7 +171,37 @@ pub fn parse_delta_seconds(s: &str) -> Option<u64> {
 /// RFC 850 and asctime forms recipients must accept), leniently as §5.6.7
 /// recommends (see [`crate::date`]). Anything that is not a date gives `None`.
 pub fn parse_http_date(s: &str) -> Option<SystemTime> {
-    crate::date::parse(trim_ows(s))
+    let s = trim_ows(s);
+    // An IMF-fixdate is 29 bytes; other forms and garbage are read each time.
+    let Ok(text) = <[u8; IMF_FIXDATE]>::try_from(s.as_bytes()) else {
+        return crate::date::parse(s);
+    };
+    if let Some(read) = last_date(&text) {
+        return read;
+    }
+    let read = crate::date::parse(s);
+    LAST_DATE.with(|last| last.set(Some((text, read))));
+    read
+}
+
+/// What `text` read as, if it is the last IMF-fixdate this thread read.
+fn last_date(text: &[u8]) -> Option<Option<SystemTime>> {
+    LAST_DATE.with(|last| match last.get() {
+        Some((seen, read)) if seen[..] == *text => Some(read),
+        _ => None,
+    })
+}
+
+/// The length of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
+const IMF_FIXDATE: usize = 29;
+
+thread_local! {
+    /// The last IMF-fixdate this thread read, and what it read as. Responses stored in one
+    /// second carry one `Date` (and a hit's checks read the same few again): a comparison
+    /// of 29 bytes instead of a parse, for each. The parse is a pure function of the text,
+    /// so what it remembers is always what it would read.
+    static LAST_DATE: std::cell::Cell<Option<([u8; IMF_FIXDATE], Option<SystemTime>)>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// The HTTP-date in the single field line of `name`. Several lines, or a
@@ -162,6 +211,10 @@ pub(crate) fn date_field(headers: &HeaderMap, name: &HeaderName) -> Option<Syste
     let first = values.next()?;
     if values.next().is_some() {
         return None;
+    }
+    // The last date read, byte for byte: it was text, trimmed, so these bytes are too.
+    if let Some(read) = last_date(first.as_bytes()) {
+        return read;
     }
     parse_http_date(first.to_str().ok()?)
 }
@@ -246,6 +299,49 @@ mod tests {
             HeaderValue::from_static("Sun, 06 Nov 1994 08:49:38 GMT"),
         );
         assert_eq!(date_field(&h, &name), None);
+    }
+
+    /// The last date read is remembered by its text: whatever comes in turn (the same date,
+    /// another, a 29-byte non-date, padding, a field of several lines), each reads as the
+    /// parser reads it.
+    #[test]
+    fn remembered_dates_read_as_parsed() {
+        let texts = [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Mon, 07 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 XYZ",
+            " Sun, 06 Nov 1994 08:49:37 GMT ",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 XYZ",
+        ];
+        for t in texts {
+            assert_eq!(parse_http_date(t), crate::date::parse(trim_ows(t)), "{t:?}");
+            let mut h = HeaderMap::new();
+            h.insert(http::header::DATE, HeaderValue::from_str(t).unwrap());
+            assert_eq!(
+                date_field(&h, &http::header::DATE),
+                parse_http_date(t),
+                "{t:?}"
+            );
+            h.append(http::header::DATE, HeaderValue::from_str(t).unwrap());
+            assert_eq!(date_field(&h, &http::header::DATE), None, "{t:?} twice");
+        }
+    }
+
+    #[test]
+    fn has_field_scans_few_and_probes_many() {
+        let mut h = HeaderMap::new();
+        assert!(!has_field(&h, &http::header::AGE));
+        for i in 0..12 {
+            let name = HeaderName::from_bytes(format!("x-{i}").as_bytes()).unwrap();
+            h.insert(name.clone(), HeaderValue::from_static("1"));
+            assert!(has_field(&h, &name));
+            assert!(!has_field(&h, &http::header::AGE));
+        }
+        h.insert(http::header::AGE, HeaderValue::from_static("1"));
+        assert!(has_field(&h, &http::header::AGE));
     }
 
     #[test]

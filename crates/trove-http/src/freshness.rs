@@ -139,6 +139,10 @@ fn lifetime_with(
 /// when it is absent or not a non-negative integer ("a cache SHOULD ignore
 /// the field").
 pub fn age_header(headers: &HeaderMap) -> Duration {
+    // An origin's answer rarely has one: looked for before it is probed for.
+    if !crate::field::has_field(headers, &header::AGE) {
+        return Duration::ZERO;
+    }
     let Some(first) = headers.get(header::AGE) else {
         return Duration::ZERO;
     };
@@ -188,7 +192,13 @@ pub fn current_age_dated(
     now: SystemTime,
 ) -> Duration {
     let date_value = date.unwrap_or(response_time);
+    // Compared before subtracted: the times are often equal (a response dated the second
+    // it came, received as it was asked for, prepared as it arrived), and a comparison
+    // costs a fraction of a subtraction.
     let since = |later: SystemTime, earlier: SystemTime| {
+        if later <= earlier {
+            return Duration::ZERO;
+        }
         later.duration_since(earlier).unwrap_or(Duration::ZERO)
     };
     let apparent_age = since(response_time, date_value);

@@ -107,6 +107,7 @@ pub fn storability(
     // Checked before the directives are parsed: most responses it refuses carry some.
     method_and_status(method, status)?;
     let directives = effective_response_directives(policy, resp_headers);
+    let vary = Vary::from_headers(resp_headers);
     storability_parsed(
         policy,
         method,
@@ -114,6 +115,7 @@ pub fn storability(
         status,
         resp_headers,
         &directives,
+        &vary,
     )
 }
 
@@ -129,9 +131,9 @@ fn method_and_status(method: &Method, status: StatusCode) -> Result<(), NotStora
     Ok(())
 }
 
-/// [`storability`] with the response's directives already parsed (`directives`:
-/// [`effective_response_directives`] of `resp_headers` under `policy`), for a caller that
-/// reads them for other rules too.
+/// [`storability`] with the response's directives and `Vary` already parsed (`directives`:
+/// [`effective_response_directives`] of `resp_headers` under `policy`; `vary`:
+/// [`Vary::from_headers`] of them), for a caller that reads them for other rules too.
 pub fn storability_parsed(
     policy: &Policy,
     method: &Method,
@@ -139,6 +141,7 @@ pub fn storability_parsed(
     status: StatusCode,
     resp_headers: &HeaderMap,
     directives: &EffectiveCacheControl,
+    vary: &Vary,
 ) -> Result<(), NotStorable> {
     method_and_status(method, status)?;
     let cc = &directives.cc;
@@ -163,10 +166,11 @@ pub fn storability_parsed(
     {
         return Err(NotStorable::Authorization);
     }
-    if Vary::from_headers(resp_headers) == Vary::Star {
+    if *vary == Vary::Star {
         return Err(NotStorable::VaryStar);
     }
-    let expires = directives.targeted.is_none() && resp_headers.contains_key(header::EXPIRES);
+    let expires =
+        directives.targeted.is_none() && crate::field::has_field(resp_headers, &header::EXPIRES);
     let has_freshness = expires
         || cc.has_explicit_lifetime(policy.shared)
         || cc.public

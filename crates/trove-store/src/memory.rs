@@ -73,28 +73,50 @@ type Victims = SmallVec<[Arc<Object>; 4]>;
 /// where a textbook LRU gets 70.4 %).
 struct Order {
     policy: Box<dyn Eviction>,
-    /// Object id → (key hash, charged bytes): where a victim lives, and what it cost.
-    ids: FastMap<u64, (u64, u64)>,
+    /// Object id → where it lives and what it costs.
+    ids: FastMap<u64, Stored>,
     bytes: u64,
     removed: [u64; Removal::ALL.len()],
+}
+
+/// What the order knows of one stored object.
+#[derive(Debug, Clone, Copy)]
+struct Stored {
+    /// Its key hash: where a victim lives in the shards.
+    hash: u64,
+    /// [`Object::head_charge`] of the stored snapshot: fixed until a new head replaces it.
+    head: u64,
+    /// Its body's charge when last charged: a body that has not grown since costs no
+    /// recharge (a miss's body is charged its declared length when inserted, and again
+    /// when it is whole).
+    body: u64,
+}
+
+impl Stored {
+    /// The bytes charged for it.
+    fn charge(&self) -> u64 {
+        self.head.saturating_add(self.body)
+    }
 }
 
 impl Order {
     /// Forgets `id`; returns its key hash if it was stored.
     fn forget(&mut self, id: u64, why: Removal) -> Option<u64> {
-        let (h, charge) = self.ids.remove(&id)?;
-        self.bytes = self.bytes.saturating_sub(charge);
+        let stored = self.ids.remove(&id)?;
+        self.bytes = self.bytes.saturating_sub(stored.charge());
         self.policy.remove(id);
         self.removed[why.index()] += 1;
-        Some(h)
+        Some(stored.hash)
     }
 
-    /// Charges `id` `charge` bytes now; false if it is not stored.
-    fn recharge(&mut self, id: u64, charge: u64) -> bool {
-        let Some((_, c)) = self.ids.get_mut(&id) else {
+    /// Charges `id` `head` and `body` bytes now; false if it is not stored.
+    fn recharge(&mut self, id: u64, head: u64, body: u64) -> bool {
+        let Some(s) = self.ids.get_mut(&id) else {
             return false;
         };
-        let old = std::mem::replace(c, charge);
+        let old = s.charge();
+        (s.head, s.body) = (head, body);
+        let charge = s.charge();
         self.bytes = self.bytes.saturating_sub(old) + charge;
         self.policy.recharge(id, charge);
         true
@@ -281,10 +303,11 @@ impl MemoryStore {
             let Some(victim) = order.policy.victim() else {
                 break;
             };
-            let Some((h, charge)) = order.ids.remove(&victim) else {
+            let Some(stored) = order.ids.remove(&victim) else {
                 continue;
             };
-            order.bytes = order.bytes.saturating_sub(charge);
+            order.bytes = order.bytes.saturating_sub(stored.charge());
+            let h = stored.hash;
             order.removed[Removal::Evicted.index()] += 1;
             if let Some(gone) = self.shards[self.index_of(h)].lock().take(h, victim) {
                 self.invalidations.removed(&gone);
@@ -300,6 +323,65 @@ impl MemoryStore {
                 hook.evicted(v);
             }
         }
+    }
+
+    /// What `obj` would be charged (its head's part and its body's), if it may be stored.
+    fn admit(&self, obj: &Object) -> Result<(u64, u64), Refused> {
+        let (head, body) = (obj.head_charge(), obj.body.charge());
+        if head.saturating_add(body) > self.max_object.load(Ordering::Relaxed) {
+            return Err(Refused::TooLarge);
+        }
+        if !self.admission.admit(obj) {
+            return Err(Refused::NotAdmitted);
+        }
+        Ok((head, body))
+    }
+
+    /// Stores `obj`, admitted and charged `head` and `body` by [`MemoryStore::admit`] and
+    /// given its id, replacing the same key and variant.
+    fn enter(&self, obj: Arc<Object>, (head, body): (u64, u64)) -> Result<Arc<Object>, Refused> {
+        let charge = head.saturating_add(body);
+        let h = key_hash(&obj.key);
+        // `hash::fingerprint`, with the key's hash already in hand.
+        let fp = xxhash_rust::xxh3::xxh3_64_with_seed(obj.variant.as_bytes(), h);
+        let victims = {
+            let mut guard = self.order();
+            let order = &mut *guard;
+            if !order.policy.admits(fp, charge) {
+                return Err(Refused::NotAdmitted);
+            }
+            let replaced = {
+                let mut shard = self.shards[self.index_of(h)].lock();
+                let list = shard.entries.entry(h).or_default();
+                let old = list
+                    .iter()
+                    .position(|o| o.key == obj.key && o.variant == obj.variant)
+                    .map(|i| list.swap_remove(i));
+                list.push(Arc::clone(&obj));
+                old
+            };
+            if let Some(old) = replaced {
+                order.forget(old.id, Removal::Replaced);
+                self.invalidations.removed(&old);
+            }
+            // Room is made before the newcomer enters the order, so it is never its own
+            // victim: a policy that admits into a small queue (S3-FIFO) would otherwise
+            // evict every object larger than that queue at once, before its second use.
+            let room = self.budget().saturating_sub(charge);
+            let victims = self.evict_to(order, room);
+            let stored = Stored {
+                hash: h,
+                head,
+                body,
+            };
+            order.ids.insert(obj.id, stored);
+            order.bytes += charge;
+            order.policy.insert(obj.id, fp, charge);
+            self.invalidations.added(&obj);
+            victims
+        };
+        self.hand_over(victims);
+        Ok(obj)
     }
 
     /// Removes object `id` of key hash `h` (the order's lock held).
@@ -344,51 +426,23 @@ impl Storage for MemoryStore {
     }
 
     fn insert(&self, mut obj: Object) -> Result<Arc<Object>, Refused> {
-        let charge = obj.charge();
-        if charge > self.max_object.load(Ordering::Relaxed) {
-            return Err(Refused::TooLarge);
-        }
-        if !self.admission.admit(&obj) {
-            return Err(Refused::NotAdmitted);
-        }
+        let charged = self.admit(&obj)?;
         obj.id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let obj = Arc::new(obj);
-        let h = key_hash(&obj.key);
-        // `hash::fingerprint`, with the key's hash already in hand.
-        let fp = xxhash_rust::xxh3::xxh3_64_with_seed(obj.variant.as_bytes(), h);
-        let victims = {
-            let mut guard = self.order();
-            let order = &mut *guard;
-            if !order.policy.admits(fp, charge) {
-                return Err(Refused::NotAdmitted);
+        self.enter(Arc::new(obj), charged)
+    }
+
+    fn insert_shared(&self, mut obj: Arc<Object>) -> Result<Arc<Object>, Refused> {
+        let charged = self.admit(&obj)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        match Arc::get_mut(&mut obj) {
+            Some(o) => o.id = id,
+            None => {
+                let mut copy = obj.unstored_copy();
+                copy.id = id;
+                obj = Arc::new(copy);
             }
-            let replaced = {
-                let mut shard = self.shards[self.index_of(h)].lock();
-                let list = shard.entries.entry(h).or_default();
-                let old = list
-                    .iter()
-                    .position(|o| o.key == obj.key && o.variant == obj.variant)
-                    .map(|i| list.swap_remove(i));
-                list.push(Arc::clone(&obj));
-                old
-            };
-            if let Some(old) = replaced {
-                order.forget(old.id, Removal::Replaced);
-                self.invalidations.removed(&old);
-            }
-            // Room is made before the newcomer enters the order, so it is never its own
-            // victim: a policy that admits into a small queue (S3-FIFO) would otherwise
-            // evict every object larger than that queue at once, before its second use.
-            let room = self.budget().saturating_sub(charge);
-            let victims = self.evict_to(order, room);
-            order.ids.insert(obj.id, (h, charge));
-            order.bytes += charge;
-            order.policy.insert(obj.id, fp, charge);
-            self.invalidations.added(&obj);
-            victims
-        };
-        self.hand_over(victims);
-        Ok(obj)
+        }
+        self.enter(obj, charged)
     }
 
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>> {
@@ -416,7 +470,7 @@ impl Storage for MemoryStore {
             };
             self.invalidations.added(&updated);
             // The new head may be larger or smaller: charge it now.
-            order.recharge(obj.id, updated.charge());
+            order.recharge(obj.id, updated.head_charge(), updated.body.charge());
             (updated, self.evict_to_budget(&mut order))
         };
         self.hand_over(victims);
@@ -424,27 +478,21 @@ impl Storage for MemoryStore {
     }
 
     fn recharge(&self, obj: &Object) {
-        let h = key_hash(&obj.key);
         let victims = {
             let mut order = self.order();
-            let Some(&(_, old)) = order.ids.get(&obj.id) else {
+            let Some(&stored) = order.ids.get(&obj.id) else {
                 return;
             };
-            // Charge the object as stored now (its head may have been updated since).
-            let charge = self.shards[self.index_of(h)]
-                .lock()
-                .entries
-                .get(&h)
-                .and_then(|v| v.iter().find(|o| o.id == obj.id))
-                .map(|o| o.charge());
-            // Usually the same (a body whose length was declared): nothing to evict.
-            match charge {
-                Some(c) if c != old => {
-                    order.recharge(obj.id, c);
-                    self.evict_to_budget(&mut order)
-                }
-                _ => return,
+            // Only the body's charge can have changed: the stored snapshot's head is
+            // charged as it was stored (`update_meta` charges a new one), and every snapshot
+            // of one object shares its body, so `obj`'s is the stored one's. Usually the
+            // same (a body whose length was declared): nothing to evict.
+            let body = obj.body.charge();
+            if body == stored.body {
+                return;
             }
+            order.recharge(obj.id, stored.head, body);
+            self.evict_to_budget(&mut order)
         };
         self.hand_over(victims);
     }
@@ -672,6 +720,42 @@ mod tests {
         assert!(s.remove_object(&a, Removal::Invalidated));
         assert!(s.update_meta(&b, b.head.clone()).is_none());
         assert_eq!(s.stats().removed(Removal::Invalidated), 1);
+    }
+
+    /// A body that grows after its object is stored is charged as it is now, under the
+    /// head stored last (a new head from `update_meta` included), and the budget is kept.
+    #[test]
+    fn a_growing_body_is_recharged_under_the_stored_head() {
+        let s = MemoryStore::new(4_000, 1, 4_000, EvictionKind::Lru);
+        let growing = |key: &str| {
+            let mut o = obj(key, "", 0);
+            o.body = Body::new(None);
+            o
+        };
+        let a = s.insert(growing("a")).unwrap();
+        let stored = |s: &MemoryStore| s.stats().bytes;
+        assert_eq!(stored(&s), a.charge());
+        s.recharge(&a);
+        assert_eq!(stored(&s), a.charge(), "nothing grew: the same charge");
+        a.body.append_now(Bytes::from(vec![b'x'; 500])).unwrap();
+        s.recharge(&a);
+        assert_eq!(stored(&s), a.charge());
+        let mut head = a.head.clone();
+        head.headers
+            .insert(http::header::ETAG, http::HeaderValue::from_static("\"v2\""));
+        let b = s.update_meta(&a, head).unwrap();
+        assert_eq!(stored(&s), b.charge());
+        // The old snapshot shares the body: growth it reports is charged under the new head.
+        a.body.append_now(Bytes::from(vec![b'x'; 700])).unwrap();
+        s.recharge(&a);
+        assert_eq!(stored(&s), b.charge());
+        assert!(b.charge() > a.charge());
+        // Grown past the budget with a second object in: the older one leaves.
+        let c = s.insert(growing("c")).unwrap();
+        c.body.append_now(Bytes::from(vec![b'x'; 3_000])).unwrap();
+        s.recharge(&c);
+        assert!(!s.holds(&b) && s.holds(&c));
+        assert_eq!(stored(&s), c.charge());
     }
 
     #[test]

@@ -99,6 +99,17 @@ impl Object {
         }
     }
 
+    /// A copy of this object to store anew (its own id and tier marks to be given; the
+    /// same body): for an object in an `Arc` that is shared, where one alone was expected.
+    pub fn unstored_copy(&self) -> Object {
+        Object::new(
+            self.key.clone(),
+            self.variant.clone(),
+            self.head.clone(),
+            Arc::clone(&self.body),
+        )
+    }
+
     /// Bytes this object is charged against the budget: everything it costs, not only its
     /// bytes on the wire (issue 19, defect 4: 3,000 objects of 10 bytes with 64 tags each
     /// took 187 MiB while the store counted 1.6 MB). Its structures and index entries
@@ -108,6 +119,13 @@ impl Object {
     /// still arriving). Tag *names* are shared by every object carrying them and charged
     /// once, by the tag index (`Invalidations::index_bytes`).
     pub fn charge(&self) -> u64 {
+        self.head_charge().saturating_add(self.body.charge())
+    }
+
+    /// [`Object::charge`] but for the body: what this snapshot costs whatever its body
+    /// holds (its head is immutable, so this never changes; a store keeps it to recharge
+    /// a growing body without reading the head again).
+    pub fn head_charge(&self) -> u64 {
         let head: usize = self
             .head
             .headers
@@ -121,6 +139,5 @@ impl Object {
         (head as u64)
             .saturating_add(OBJECT_OVERHEAD + self.key.len() as u64 + self.variant.len() as u64)
             .saturating_add(memberships * MEMBERSHIP_COST)
-            .saturating_add(self.body.charge())
     }
 }

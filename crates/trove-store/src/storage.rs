@@ -130,6 +130,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
     /// Stores `obj` (its body may still be arriving), replacing the same key and variant.
     fn insert(&self, obj: Object) -> Result<Arc<Object>, Refused>;
+    /// [`Storage::insert`] of an object built in an `Arc` nothing else holds yet (the
+    /// cache core hands its drivers each object to store so): a store that keeps objects
+    /// in `Arc`s keeps that one, rather than having it moved out and into another. A
+    /// shared one is stored as a copy.
+    fn insert_shared(&self, obj: Arc<Object>) -> Result<Arc<Object>, Refused> {
+        self.insert(Arc::try_unwrap(obj).unwrap_or_else(|shared| shared.unstored_copy()))
+    }
     /// Replaces the head of the stored object `obj` (same identity and body). Returns the
     /// object as now stored, or `None` if `obj` is no longer stored.
     fn update_meta(&self, obj: &Object, head: ObjectHead) -> Option<Arc<Object>>;

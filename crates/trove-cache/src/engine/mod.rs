@@ -208,7 +208,7 @@ impl Engine {
                         Err(e) => Event::Failed(e),
                     }
                 }
-                Command::Insert(obj, _) => Event::Inserted(store.insert(*obj)),
+                Command::Insert(obj, _) => Event::Inserted(store.insert_shared(obj)),
                 Command::Update(obj, head) => Event::Updated(store.update_meta(&obj, *head)),
                 Command::FillAndWait(obj) => {
                     fill(store, &obj, body(held.take(), real));

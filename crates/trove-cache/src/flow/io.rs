@@ -243,7 +243,7 @@ pub enum Command {
     /// Send to the origin. → [`Event::Answer`] / [`Event::Failed`]
     Send(Box<Send>),
     /// Insert this object; the tag names are its labels' names. → [`Event::Inserted`]
-    Insert(Box<Object>, Vec<String>),
+    Insert(Arc<Object>, Vec<String>),
     /// Store `head` in place of the object's (same identity, same body). → [`Event::Updated`]
     Update(Arc<Object>, Box<ObjectHead>),
     /// Fill the just-inserted object from the answer in hand and wait until it is

@@ -988,7 +988,7 @@ impl<'r> Flow<'r> {
             } => {
                 let tags = match self.held.as_mut() {
                     Some(h) => {
-                        object.head.labels = std::mem::take(&mut h.labels);
+                        object = labelled(object, std::mem::take(&mut h.labels));
                         std::mem::take(&mut h.tags)
                     }
                     None => Vec::new(),
@@ -1149,8 +1149,8 @@ impl<'r> Flow<'r> {
         let head = held.head();
         let verdict = respond::after_fetch(self.req, self.key, &head, env.rules, Fwd::Partial, max);
         match verdict {
-            OnResponse::Store { mut object, .. } => {
-                object.head.labels = std::mem::take(&mut held.labels);
+            OnResponse::Store { object, .. } => {
+                let object = labelled(object, std::mem::take(&mut held.labels));
                 let tags = std::mem::take(&mut held.tags);
                 self.state = State::InsertingPart(f);
                 self.emit(Command::Insert(object, tags));
@@ -1187,8 +1187,8 @@ impl<'r> Flow<'r> {
         let max = env.store.max_object();
         let head = held.head();
         match respond::after_fetch(self.req, self.key, &head, env.rules, Fwd::Stale, max) {
-            OnResponse::Store { mut object, .. } => {
-                object.head.labels = std::mem::take(&mut held.labels);
+            OnResponse::Store { object, .. } => {
+                let object = labelled(object, std::mem::take(&mut held.labels));
                 let tags = std::mem::take(&mut held.tags);
                 self.state = State::BackgroundInserting;
                 self.emit(Command::Insert(object, tags));
@@ -1202,6 +1202,21 @@ impl<'r> Flow<'r> {
 }
 
 /// Fields only the leader gets, boxed when there are any.
+/// `object` (just built, so nothing else holds it) with `labels`.
+fn labelled(mut object: Arc<Object>, labels: Labels) -> Arc<Object> {
+    match Arc::get_mut(&mut object) {
+        Some(o) => {
+            o.head.labels = labels;
+            object
+        }
+        None => {
+            let mut copy = object.unstored_copy();
+            copy.head.labels = labels;
+            Arc::new(copy)
+        }
+    }
+}
+
 fn boxed(h: HeaderMap) -> Option<Box<HeaderMap>> {
     (!h.is_empty()).then(|| Box::new(h))
 }

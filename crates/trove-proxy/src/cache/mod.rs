@@ -368,7 +368,7 @@ async fn run<B: ClientBody>(
                 }
             }
             Command::Insert(obj, tags) => {
-                let inserted = store.insert(*obj);
+                let inserted = store.insert_shared(obj);
                 if inserted.is_ok() {
                     crate::manage::remember_tags(shared, &tags);
                 }
