@@ -684,6 +684,19 @@ mod tests {
     use super::*;
 
     /// A pool with `limits`, the default guard and the system resolver.
+    /// The limits the tests start from: four connections, one upload, 30 s idle, 5 s to
+    /// connect, a 5 s queue bound and the default overload rule.
+    fn limits() -> PoolLimits {
+        PoolLimits {
+            max_per_origin: 4,
+            max_uploads: 1,
+            idle_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_queue_wait: Duration::from_secs(5),
+            overload: Overload::default(),
+        }
+    }
+
     fn pool_with(limits: PoolLimits) -> Arc<Pool> {
         Pool::new(
             limits,
@@ -702,12 +715,8 @@ mod tests {
         let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
         let pool = pool_with(PoolLimits {
-            max_per_origin: 4,
-            max_uploads: 1,
             idle_timeout,
-            connect_timeout: Duration::from_secs(5),
-            max_queue_wait: Duration::from_secs(5),
-            overload: Overload::default(),
+            ..limits()
         });
         (pool, key, origin)
     }
@@ -778,11 +787,8 @@ mod tests {
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
         let pool = pool_with(PoolLimits {
             max_per_origin: 1,
-            max_uploads: 1,
-            idle_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
             max_queue_wait: Duration::from_millis(20),
-            overload: Overload::default(),
+            ..limits()
         });
         let busy = pool
             .checkout(&key, Chooser::Operator, &anyone())
@@ -818,14 +824,12 @@ mod tests {
         let key = Upstream::http("127.0.0.1", origin.local_addr().unwrap().port());
         let pool = pool_with(PoolLimits {
             max_per_origin: 1,
-            max_uploads: 1,
-            idle_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
             max_queue_wait: Duration::from_secs(30),
             overload: Overload {
                 after: Duration::from_millis(50),
                 queue_wait: Duration::from_millis(20),
             },
+            ..limits()
         });
         let queue = pool.queue(&key);
         // Exchanges take 100 ms: the one connection comes free ten times a second.
@@ -917,12 +921,8 @@ mod tests {
     async fn uploads_have_a_limit_of_their_own() {
         let (_, key, _origin) = pool_and_origin(Duration::from_secs(30)).await;
         let pool = pool_with(PoolLimits {
-            max_per_origin: 4,
-            max_uploads: 1,
-            idle_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_millis(100),
-            max_queue_wait: Duration::from_secs(5),
-            overload: Overload::default(),
+            ..limits()
         });
         let slot = pool.upload_slot(&key).await.unwrap();
         assert!(matches!(
